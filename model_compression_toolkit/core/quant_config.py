@@ -1,0 +1,70 @@
+"""The quantization configuration a node carries from stage to stage.
+
+Every quantizer in the library, whatever the method, is one integer grid::
+
+    q(x) = (clip(round(x / scale) + zero_point, qmin, qmax) - zero_point) * scale
+
+symmetric signed: zero_point 0, [-2^(b-1), 2^(b-1)-1]; symmetric unsigned: zero_point 0,
+[0, 2^b-1]; uniform: a zero point, [0, 2^b-1]. Backends implement only this formula.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod
+
+
+@dataclass
+class QuantGrid:
+    """Scale and zero point (scalars, or one per channel) and the integer range."""
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    qmin: int
+    qmax: int
+
+
+@dataclass
+class WeightsQuantConfig:
+    """How one weight tensor is quantized, and (once chosen) its range."""
+
+    n_bits: int
+    method: QuantizationMethod
+    error_method: QuantizationErrorMethod
+    per_channel: bool
+    channel_axes: tuple[int, ...]
+    threshold: np.ndarray | None = None  # symmetric methods: one per channel (or scalar)
+    range_min: np.ndarray | None = None  # uniform
+    range_max: np.ndarray | None = None  # uniform
+    grid: QuantGrid | None = None
+
+
+@dataclass
+class ActivationQuantConfig:
+    """How a node's output is quantized, and (once chosen) its range."""
+
+    n_bits: int
+    method: QuantizationMethod
+    error_method: QuantizationErrorMethod
+    signed: bool | None = None
+    threshold: float | None = None
+    range_min: float | None = None
+    range_max: float | None = None
+    grid: QuantGrid | None = None
+
+
+@dataclass
+class NodeQuantConfig:
+    """A node's quantization: None / empty means kept in float, with the reason."""
+
+    activation: ActivationQuantConfig | None = None
+    weights: dict[str, WeightsQuantConfig] = field(default_factory=dict)
+    activation_float_reason: str | None = None
+    weights_float_reason: str | None = None
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.activation is not None or bool(self.weights)

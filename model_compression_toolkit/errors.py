@@ -1,0 +1,43 @@
+"""Typed errors. Every message says what was expected, what was got, and what to do."""
+
+from __future__ import annotations
+
+
+class MCTError(Exception):
+    """Base class of every error this library raises on purpose."""
+
+
+class ConfigurationError(MCTError, ValueError):
+    """A configuration object holds a value outside its allowed range."""
+
+
+class LogFolderError(MCTError, OSError):
+    """The log folder cannot be created or written."""
+
+
+class RepresentativeDataError(MCTError, TypeError):
+    """`representative_data_gen` is not callable, yields nothing, or yields the wrong kind of thing."""
+
+
+class InputMismatchError(MCTError, ValueError):
+    """The representative batches do not fit the model's inputs (count, rank or shape)."""
+
+
+class ModelReadError(MCTError, TypeError):
+    """The model cannot be read into the graph (untraceable, unsupported model kind)."""
+
+
+class UnsupportedFrameworkError(MCTError, TypeError):
+    """The object given is not a model of a framework this library supports."""
+
+
+class GraphValidationError(MCTError, RuntimeError):
+    """A graph transform left the graph inconsistent. This is a bug in the library: please report it."""
+
+
+class ResourceBudgetError(MCTError, ValueError):
+    """A resource budget cannot be met by any configuration."""
+
+
+class LayerSelectionError(MCTError, ValueError):
+    """A layer name, pattern or type given by the user matches no layer of the model."""

@@ -1,0 +1,37 @@
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+TORCH = ["torch>=2.2"]
+TF = ["tensorflow>=2.16"]
+TF_CPU = ["tensorflow-cpu>=2.16"]
+DEV = ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "scikit-learn>=1.3"]
+
+setup(
+    name="model_compression_toolkit",
+    version="0.1.0",
+    description=(
+        "Post-training quantization for Keras 3 and PyTorch models, "
+        "with every stage visible in TensorBoard"
+    ),
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["model_compression_toolkit", "model_compression_toolkit.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "numpy>=1.24",
+        "scipy>=1.10",
+        "networkx>=3.0",
+        "tensorboard>=2.14",
+        "matplotlib>=3.7",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "torch": TORCH,
+        "tf": TF,
+        "tf-cpu": TF_CPU,
+        "dev": DEV,
+        "all": TORCH + TF,
+        "all-cpu": TORCH + TF_CPU,
+    },
+)
