@@ -137,6 +137,7 @@ class Graph:
         self._g = nx.MultiDiGraph()
         self.inputs: list[str] = []  # input nodes, in the model's input order
         self.outputs: list[tuple[str, int]] = []  # (node, output index), in output order
+        self.meta: dict[str, Any] = {}  # backend data about the whole model; never logged
         self._order: list[str] | None = None
 
     # ---------------------------------------------------------------- reading
