@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 

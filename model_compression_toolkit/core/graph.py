@@ -11,9 +11,10 @@ through the methods here, and `validate` checks the invariants after each.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import networkx as nx
 import numpy as np

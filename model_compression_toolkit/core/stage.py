@@ -6,8 +6,9 @@ logger, or nothing when no log folder is set) only reads the report.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Protocol
 
 import numpy as np
 
