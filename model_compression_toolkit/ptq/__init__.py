@@ -1,0 +1,53 @@
+"""Post-training quantization, one function per framework."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from model_compression_toolkit.core.config import CoreConfig
+from model_compression_toolkit.core.info import QuantizationInfo
+from model_compression_toolkit.core.runner import post_training_quantization
+
+
+def pytorch_post_training_quantization(
+    in_module: Any,
+    representative_data_gen: Callable[[], Any],
+    core_config: CoreConfig | None = None,
+) -> tuple[Any, QuantizationInfo]:
+    """Quantize a trained ``torch.nn.Module`` after training.
+
+    Args:
+        in_module: the float model; it is not modified.
+        representative_data_gen: a callable returning an iterable of batches, each a
+            list with one array or tensor per model input, batch dimension first.
+        core_config: quantization and debug settings; defaults when None.
+
+    Returns:
+        The fake-quantized model (a ``torch.fx.GraphModule`` in eval mode, same inputs
+        and outputs as ``in_module``) and a `QuantizationInfo`.
+    """
+    return post_training_quantization(in_module, representative_data_gen, core_config, "pytorch")
+
+
+def keras_post_training_quantization(
+    in_model: Any,
+    representative_data_gen: Callable[[], Any],
+    core_config: CoreConfig | None = None,
+) -> tuple[Any, QuantizationInfo]:
+    """Quantize a trained Keras 3 model (Functional or Sequential) after training.
+
+    Args:
+        in_model: the float ``keras.Model``; it is not modified.
+        representative_data_gen: as for `pytorch_post_training_quantization`, with
+            channels-last batches.
+        core_config: quantization and debug settings; defaults when None.
+
+    Returns:
+        The fake-quantized ``keras.Model`` (it saves to ``.keras`` and loads back with
+        ``keras.models.load_model``) and a `QuantizationInfo`.
+    """
+    return post_training_quantization(in_model, representative_data_gen, core_config, "keras")
+
+
+__all__ = ["keras_post_training_quantization", "pytorch_post_training_quantization"]

@@ -1,0 +1,140 @@
+"""The representative dataset: checked before any work starts, then iterated once.
+
+``representative_data_gen`` is a callable returning an iterable of batches; each batch
+is a list (or tuple) with one array per model input, batch dimension first, as in MCT.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from model_compression_toolkit.core.backend import Backend
+from model_compression_toolkit.errors import InputMismatchError, RepresentativeDataError
+
+Batch = list[np.ndarray]
+
+
+def _describe(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    return f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None else type(value).__name__
+
+
+class RepresentativeData:
+    """Checks the first batch of ``representative_data_gen`` and serves batches as numpy.
+
+    Args:
+        representative_data_gen: the user's callable.
+        backend: converts framework tensors to numpy.
+        model: the user's model, for the expected number and shapes of inputs.
+    """
+
+    def __init__(self, representative_data_gen: Callable[[], Any], backend: Backend, model: Any) -> None:
+        if not callable(representative_data_gen):
+            raise RepresentativeDataError(
+                "representative_data_gen must be a callable returning an iterable of batches "
+                f"(each a list of arrays, one per model input); got {_describe(representative_data_gen)}. "
+                "Pass the function itself, not its result."
+            )
+        self._gen = representative_data_gen
+        self._backend = backend
+        self._first: Batch | None = None
+        self._rest: Iterator[Any] | None = None
+        self._check_first(model)
+
+    def _iterate(self) -> Iterator[Any]:
+        try:
+            return iter(self._gen())
+        except TypeError as err:
+            raise RepresentativeDataError(
+                f"representative_data_gen() must return an iterable of batches; calling it failed or "
+                f"returned a non-iterable: {err}"
+            ) from err
+
+    def _convert(self, batch: Any, index: int) -> Batch:
+        if not isinstance(batch, (list, tuple)):
+            raise RepresentativeDataError(
+                f"each batch from representative_data_gen must be a list or tuple of arrays, one per "
+                f"model input; batch {index} is a {_describe(batch)}. Yield [x] rather than x."
+            )
+        arrays = []
+        for i, item in enumerate(batch):
+            if not (isinstance(item, np.ndarray) or self._backend.is_tensor(item)):
+                raise RepresentativeDataError(
+                    f"batch {index}, input {i}: expected a numpy array or a {self._backend.name} tensor; "
+                    f"got {_describe(item)}"
+                )
+            arrays.append(np.asarray(self._backend.to_numpy(item)))
+        return arrays
+
+    def _check_first(self, model: Any) -> None:
+        self._rest = self._iterate()
+        try:
+            first = next(self._rest)
+        except StopIteration:
+            raise RepresentativeDataError(
+                "representative_data_gen yielded no batches; it must yield at least one list of arrays"
+            ) from None
+        self._first = self._convert(first, 0)
+        expected = self._backend.input_count(model)
+        if expected is not None and len(self._first) != expected:
+            raise InputMismatchError(
+                f"the model takes {expected} input(s); each batch from representative_data_gen holds "
+                f"{len(self._first)} ({', '.join(_describe(a) for a in self._first)})"
+            )
+        shapes = self._backend.expected_input_shapes(model)
+        for i, (arr, want) in enumerate(zip(self._first, shapes or [])):
+            if want is None or _fits(arr.shape, want):
+                continue
+            hint = ""
+            if self._backend.channels_last and arr.ndim >= 3 and _fits(_channels_last(arr.shape), want):
+                order = (0, *range(2, arr.ndim), 1)
+                hint = (
+                    f"; the batch is channels-first but the model is channels-last: "
+                    f"transpose it with np.transpose(x, {order})"
+                )
+            raise InputMismatchError(
+                f"input {i}: the model expects batches of shape {_show(want)}; got {arr.shape}{hint}"
+            )
+
+    @property
+    def first(self) -> Batch:
+        assert self._first is not None
+        return self._first
+
+    def batches(self) -> Iterator[Batch]:
+        """Every batch once: the first (already read) and then the rest of the same iteration."""
+        first, rest = self._first, self._rest
+        self._rest = None
+        if rest is None:  # a second pass starts a new iteration
+            rest = self._iterate()
+        else:
+            rest = itertools.chain([first], rest)
+        for i, batch in enumerate(rest):
+            yield self._convert(batch, i)
+
+    def samples(self, n: int) -> Iterator[Batch]:
+        """Batches of a fresh iteration, cut so that exactly the first ``n`` samples are served."""
+        left = n
+        for i, batch in enumerate(self._iterate()):
+            arrays = self._convert(batch, i)
+            take = min(left, len(arrays[0]))
+            yield [a[:take] for a in arrays]
+            left -= take
+            if left <= 0:
+                return
+
+
+def _fits(shape: tuple, want: tuple) -> bool:
+    return len(shape) == len(want) and all(w is None or w == s for s, w in zip(shape, want))
+
+
+def _channels_last(shape: tuple) -> tuple:
+    return (shape[0], *shape[2:], shape[1])
+
+
+def _show(shape: tuple) -> str:
+    return "(" + ", ".join("N" if d is None else str(d) for d in shape) + ")"

@@ -1,0 +1,155 @@
+"""`QuantizationInfo`: what a PTQ call decided, returned as its second value."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model_compression_toolkit.core.graph import Graph, Node, OpKind
+from model_compression_toolkit.core.memory import graph_memory, total
+from model_compression_toolkit.core.quant_config import QuantGrid
+
+
+def _floats(values: Any) -> list[float] | float | None:
+    """A scalar or array as JSON-safe floats (non-finite values become None)."""
+    if values is None:
+        return None
+    arr = np.asarray(values, dtype=np.float64)
+    clean = [float(v) if math.isfinite(v) else None for v in arr.ravel()]
+    return clean[0] if arr.ndim == 0 else clean
+
+
+def _grid(grid: QuantGrid | None) -> dict[str, Any] | None:
+    if grid is None:
+        return None
+    return {
+        "scale": _floats(grid.scale),
+        "zero_point": _floats(grid.zero_point),
+        "qmin": grid.qmin,
+        "qmax": grid.qmax,
+    }
+
+
+@dataclass
+class LayerInfo:
+    """One layer: its type, what was quantized and how, or why it stayed float."""
+
+    name: str
+    layer_type: str
+    kind: str
+    origin: list[str]
+    weights: dict[str, dict[str, Any]] = field(default_factory=dict)
+    activation: dict[str, Any] | None = None
+    activation_float_reason: str | None = None
+    weights_float_reason: str | None = None
+
+    @classmethod
+    def from_node(cls, node: Node) -> LayerInfo:
+        q = node.quant
+        weights = {
+            name: {
+                "n_bits": cfg.n_bits,
+                "method": cfg.method.value,
+                "error_method": cfg.error_method.value,
+                "per_channel": cfg.per_channel,
+                "channel_axes": list(cfg.channel_axes),
+                "threshold": _floats(cfg.threshold),
+                "range_min": _floats(cfg.range_min),
+                "range_max": _floats(cfg.range_max),
+                "grid": _grid(cfg.grid),
+            }
+            for name, cfg in q.weights.items()
+        }
+        act = None
+        if q.activation is not None:
+            a = q.activation
+            act = {
+                "n_bits": a.n_bits,
+                "method": a.method.value,
+                "error_method": a.error_method.value,
+                "signed": a.signed,
+                "threshold": _floats(a.threshold),
+                "range_min": _floats(a.range_min),
+                "range_max": _floats(a.range_max),
+                "grid": _grid(a.grid),
+            }
+        return cls(
+            name=node.name,
+            layer_type=node.layer_type,
+            kind=node.kind.value,
+            origin=list(node.origin),
+            weights=weights,
+            activation=act,
+            activation_float_reason=q.activation_float_reason,
+            weights_float_reason=q.weights_float_reason,
+        )
+
+
+@dataclass
+class MemorySummary:
+    """Total bytes of weights and of activations (one sample), float and quantized."""
+
+    weights_float_bytes: float
+    weights_quantized_bytes: float
+    activation_float_bytes: float
+    activation_quantized_bytes: float
+
+    @classmethod
+    def of(cls, graph: Graph) -> MemorySummary:
+        before, after = total(graph_memory(graph, False)), total(graph_memory(graph, True))
+        return cls(before.weights_bytes, after.weights_bytes, before.activation_bytes, after.activation_bytes)
+
+
+@dataclass
+class QuantizationInfo:
+    """What a PTQ call did, layer by layer.
+
+    Attributes:
+        framework: ``"pytorch"`` or ``"keras"``.
+        model_name: the model's class name.
+        layers: every layer of the quantized graph, by name.
+        float_layers: layers whose output stays float, with the reason.
+        unsupported_layers: layers of types the library does not know (kept float).
+        memory: weight and activation memory before and after quantization.
+        log_folder: this call's run folder, or None when logging is off.
+        warnings: the warnings shown during the call.
+        extra: results of later analyses (similarity report, tuning, mixed precision).
+    """
+
+    framework: str
+    model_name: str
+    layers: dict[str, LayerInfo]
+    float_layers: dict[str, str]
+    unsupported_layers: list[str]
+    memory: MemorySummary
+    log_folder: Path | None = None
+    warnings: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, graph: Graph, model_name: str, log_folder: Path | None, warnings: list[str]) -> QuantizationInfo:
+        nodes = graph.nodes()
+        return cls(
+            framework=graph.framework,
+            model_name=model_name,
+            layers={n.name: LayerInfo.from_node(n) for n in nodes},
+            float_layers={
+                n.name: n.quant.activation_float_reason
+                for n in nodes
+                if n.quant.activation is None and n.quant.activation_float_reason
+            },
+            unsupported_layers=[n.name for n in nodes if n.kind == OpKind.UNKNOWN],
+            memory=MemorySummary.of(graph),
+            log_folder=log_folder,
+            warnings=list(warnings),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything as JSON-serialisable values (no NaN or inf)."""
+        out = asdict(self)
+        out["log_folder"] = str(self.log_folder) if self.log_folder else None
+        return out

@@ -1,0 +1,132 @@
+"""Graph preparation: the transforms run before statistics are collected.
+
+Each transform is one function over the graph; backends only say, through a node's
+`OpKind`, what matches. The graph is validated after every transform.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from model_compression_toolkit.core.config import QuantizationConfig
+from model_compression_toolkit.core.graph import VALUE_PRESERVING, WEIGHTED, Graph, Node, OpKind
+from model_compression_toolkit.core.quant_config import (
+    ActivationQuantConfig,
+    NodeQuantConfig,
+    WeightsQuantConfig,
+)
+
+_FOLDABLE = frozenset({OpKind.CONV, OpKind.CONV_TRANSPOSE, OpKind.DENSE})
+_NO_OUTPUT_QUANT = {
+    OpKind.CONSTANT: "a constant tensor, not an activation",
+    OpKind.SHAPE: "produces a shape or other non-tensor value",
+    OpKind.UNKNOWN: "unsupported op: kept in float and passed through unchanged",
+}
+
+
+def prepare_graph(graph: Graph, config: QuantizationConfig) -> Graph:
+    """Run every preparation transform in place and return the graph."""
+    for transform in (remove_no_ops, fold_batch_norms):
+        transform(graph)
+        graph.validate()
+    assign_quantization(graph, config)
+    graph.validate()
+    return graph
+
+
+def remove_no_ops(graph: Graph) -> None:
+    """Remove dropout and identity layers: ``prev -> dropout -> next`` becomes ``prev -> next``."""
+    for node in graph.find((OpKind.DROPOUT, OpKind.IDENTITY)):
+        if len(graph.in_edges(node.name)) == 1:
+            graph.bypass(node.name)
+
+
+def _foldable_producer(graph: Graph, bn: Node) -> Node | None:
+    ins = graph.in_edges(bn.name)
+    if len(ins) != 1 or ins[0].src_index != 0:
+        return None
+    prev = graph.node(ins[0].src)
+    axes = prev.kernel_axes.get("kernel")
+    if (
+        prev.kind not in _FOLDABLE
+        or prev.fused_activation is not None
+        or not axes
+        or graph.consumers_count(prev.name) != 1
+    ):
+        return None
+    channels = int(np.prod([prev.weights["kernel"].shape[a] for a in axes]))
+    return prev if channels == bn.weights["gamma"].size else None
+
+
+def fold_batch_norms(graph: Graph) -> None:
+    """Fold each batch norm into the conv or dense layer that feeds only it.
+
+    ``conv -> bn -> next`` becomes ``conv' -> next`` with
+    ``kernel' = kernel * s`` and ``bias' = (bias - mean) * s + beta``, where
+    ``s = gamma / sqrt(variance + epsilon)`` per output channel.
+    """
+    for bn in graph.find((OpKind.BATCH_NORM,)):
+        prev = _foldable_producer(graph, bn)
+        if prev is None:
+            continue
+        w = bn.weights
+        scale = w["gamma"].astype(np.float64) / np.sqrt(w["variance"].astype(np.float64) + bn.attrs["epsilon"])
+        kernel = prev.weights["kernel"]
+        axes = prev.kernel_axes["kernel"]
+        shape = [1] * kernel.ndim
+        for a in axes:
+            shape[a] = kernel.shape[a]
+        prev.weights["kernel"] = (kernel * scale.reshape(shape)).astype(kernel.dtype)
+        bias = prev.weights.get("bias", np.zeros(scale.size, dtype=kernel.dtype))
+        prev.weights["bias"] = ((bias - w["mean"]) * scale + w["beta"]).astype(kernel.dtype)
+        prev.output_shapes = list(bn.output_shapes)
+        prev.origin = prev.origin + bn.origin
+        graph.redirect_uses(bn.name, prev.name)
+        graph.remove_edge(graph.in_edges(bn.name)[0])
+        graph.remove_node(bn.name)
+
+
+def _fused_into(graph: Graph, node: Node) -> Node | None:
+    """The activation that alone consumes ``node``'s output, if any."""
+    if graph.is_output(node.name) or node.kind == OpKind.INPUT:
+        return None
+    users = graph.out_edges(node.name)
+    if len(users) != 1:
+        return None
+    nxt = graph.node(users[0].dst)
+    return nxt if nxt.kind == OpKind.ACTIVATION and len(graph.in_edges(nxt.name)) == 1 else None
+
+
+def assign_quantization(graph: Graph, config: QuantizationConfig) -> None:
+    """Decide for every node whether its weights and output are quantized, and why not.
+
+    A layer followed only by an activation (``conv -> relu``) is quantized after the
+    activation: its own output stays float inside the fused pair.
+    """
+    for node in graph.nodes():
+        q = NodeQuantConfig()
+        if node.kind in WEIGHTED:
+            for wname, axes in node.kernel_axes.items():
+                q.weights[wname] = WeightsQuantConfig(
+                    n_bits=config.weights_n_bits,
+                    method=config.weights_quantization_method,
+                    error_method=config.weights_error_method,
+                    per_channel=config.weights_per_channel and bool(axes),
+                    channel_axes=tuple(axes) if config.weights_per_channel else (),
+                )
+        elif node.weights:
+            q.weights_float_reason = "weights of this layer type are not quantized"
+        reason = _NO_OUTPUT_QUANT.get(node.kind)
+        fused = _fused_into(graph, node)
+        if reason is None and node.kind in VALUE_PRESERVING:
+            reason = "only moves values of its input, which carries the quantization"
+        if reason is None and fused is not None:
+            reason = f"fused with the activation {fused.name!r}: quantized after it"
+        if reason is None:
+            q.activation = ActivationQuantConfig(
+                n_bits=config.activation_n_bits,
+                method=config.activation_quantization_method,
+                error_method=config.activation_error_method,
+            )
+        q.activation_float_reason = reason
+        node.quant = q

@@ -1,0 +1,54 @@
+"""`make demo`: train a small CNN on scikit-learn's digits, quantize it with logging on.
+
+Prints the float and the 8-bit accuracy and the command that opens the logs in TensorBoard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import model_compression_toolkit as mct  # noqa: E402
+from tutorials.digits import (  # noqa: E402
+    accuracy,
+    digits_data,
+    representative_dataset,
+    torch_digits_cnn,
+    torch_predict,
+    train_torch,
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--log-folder", default="demo_logs", help="where the TensorBoard logs go")
+    parser.add_argument("--epochs", type=int, default=15)
+    args = parser.parse_args()
+
+    x_train, y_train, x_test, y_test = digits_data()
+    start = time.perf_counter()
+    model = train_torch(torch_digits_cnn(), x_train, y_train, epochs=args.epochs)
+    print(f"trained a digits CNN on {len(x_train)} images in {time.perf_counter() - start:.1f} s")
+
+    log_folder = mct.set_log_folder(args.log_folder)
+    start = time.perf_counter()
+    q_model, info = mct.ptq.pytorch_post_training_quantization(model, representative_dataset(x_train))
+    print(f"quantized to 8 bits in {time.perf_counter() - start:.1f} s")
+
+    float_acc = accuracy(torch_predict(model), x_test, y_test)
+    quant_acc = accuracy(torch_predict(q_model), x_test, y_test)
+    mem = info.memory
+    print(f"float accuracy:     {float_acc:.2f} %")
+    print(f"quantized accuracy: {quant_acc:.2f} %")
+    print(f"weights memory:     {mem.weights_float_bytes / 1024:.1f} KiB -> {mem.weights_quantized_bytes / 1024:.1f} KiB")
+    print(f"this run's logs:    {info.log_folder}")
+    print("to see every stage, run:")
+    print(f"  tensorboard --logdir {log_folder}")
+
+
+if __name__ == "__main__":
+    main()
