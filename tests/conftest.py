@@ -1,0 +1,68 @@
+"""Fixtures shared by the test suite: one `Framework` per backend, so a behaviour is proven
+for PyTorch and Keras by the same test."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import model_compression_toolkit as mct  # noqa: E402
+from tutorials import digits  # noqa: E402
+
+
+@dataclass
+class Framework:
+    name: str
+    channels_last: bool
+    ptq: Callable[..., Any]
+    make_digits_cnn: Callable[[], Any]
+    train: Callable[..., Any]
+    predict: Callable[[Any], Callable[[np.ndarray], np.ndarray]]
+
+    def data(self):
+        return digits.digits_data(channels_last=self.channels_last)
+
+
+FRAMEWORKS = {
+    "pytorch": Framework(
+        "pytorch", False, mct.ptq.pytorch_post_training_quantization,
+        digits.torch_digits_cnn, digits.train_torch, digits.torch_predict,
+    ),
+    "keras": Framework(
+        "keras", True, mct.ptq.keras_post_training_quantization,
+        digits.keras_digits_cnn, digits.train_keras, digits.keras_predict,
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture(params=list(FRAMEWORKS), scope="session")
+def fw(request) -> Framework:
+    return FRAMEWORKS[request.param]
+
+
+_TRAINED: dict[str, Any] = {}
+
+
+@pytest.fixture
+def trained_digits(fw):
+    """(model, x_train, x_test, y_test): the digits CNN trained once per framework per session."""
+    x_train, y_train, x_test, y_test = fw.data()
+    if fw.name not in _TRAINED:
+        _TRAINED[fw.name] = fw.train(fw.make_digits_cnn(), x_train, y_train, epochs=15)
+    return _TRAINED[fw.name], x_train, x_test, y_test
+
+
+@pytest.fixture(autouse=True)
+def no_log_folder_leaks():
+    """Every test starts and ends with logging off."""
+    mct.set_log_folder(None)
+    yield
+    mct.set_log_folder(None)
+    assert not [h for h in logging.getLogger("model_compression_toolkit").handlers if isinstance(h, logging.FileHandler)]

@@ -1,0 +1,28 @@
+"""Reading logs back with TensorBoard's own loader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tensorboard.backend.event_processing import event_accumulator as ea
+
+
+def load(path: Path) -> ea.EventAccumulator:
+    acc = ea.EventAccumulator(str(path), size_guidance={k: 0 for k in ea.DEFAULT_SIZE_GUIDANCE})
+    acc.Reload()
+    return acc
+
+
+def run_folders(log_folder: Path) -> list[Path]:
+    """The PTQ run folders inside a log folder, in name (= time) order."""
+    return sorted(p for p in Path(log_folder).iterdir() if p.is_dir())
+
+
+def resources(acc: ea.EventAccumulator) -> dict[str, int]:
+    """Bytes per node from the stage's `Resources` run metadata."""
+    meta = acc.RunMetadata("Resources")
+    return {
+        ns.node_name: max(m.total_bytes for m in ns.memory)
+        for dev in meta.step_stats.dev_stats
+        for ns in dev.node_stats
+    }

@@ -1,0 +1,75 @@
+"""PTQ results a user relies on: accuracy, the info report, an untouched input model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import model_compression_toolkit as mct
+from tutorials.digits import accuracy, representative_dataset
+
+
+def test_8bit_accuracy_within_one_point_of_float(fw, trained_digits):
+    model, x_train, x_test, y_test = trained_digits
+    q_model, info = fw.ptq(model, representative_dataset(x_train))
+    float_acc = accuracy(fw.predict(model), x_test, y_test)
+    quant_acc = accuracy(fw.predict(q_model), x_test, y_test)
+    assert float_acc > 85.0
+    assert quant_acc >= float_acc - 1.0, (float_acc, quant_acc)
+
+
+def test_quantized_model_output_is_on_the_activation_grid(fw, trained_digits):
+    model, x_train, x_test, _ = trained_digits
+    q_model, info = fw.ptq(model, representative_dataset(x_train))
+    (out_name,) = [n for n, layer in info.layers.items() if layer.kind == "dense"]
+    grid = info.layers[out_name].activation["grid"]
+    out = fw.predict(q_model)(x_test[:16])
+    steps = out / grid["scale"] + grid["zero_point"]
+    np.testing.assert_allclose(steps, np.round(steps), atol=1e-3)
+
+
+def test_info_reports_bits_thresholds_float_layers_and_memory(fw, trained_digits):
+    model, x_train, _, _ = trained_digits
+    core_config = mct.core.CoreConfig(
+        quantization_config=mct.core.QuantizationConfig(weights_n_bits=4, activation_n_bits=7)
+    )
+    _, info = fw.ptq(model, representative_dataset(x_train), core_config)
+    convs = [layer for layer in info.layers.values() if layer.kind == "conv"]
+    assert len(convs) == 3
+    for conv in convs:
+        kernel = conv.weights["kernel"]
+        assert kernel["n_bits"] == 4 and kernel["per_channel"]
+        assert all(t > 0 for t in kernel["threshold"])
+        assert conv.activation is None and "fused" in conv.activation_float_reason
+    acts = [layer.activation for layer in info.layers.values() if layer.activation]
+    assert acts and all(a["n_bits"] == 7 for a in acts)
+    relus = [layer for layer in info.layers.values() if layer.kind == "activation"]
+    assert len(relus) == 3 and all(r.activation["signed"] is False for r in relus)  # after ReLU: unsigned
+    mem = info.memory
+    assert mem.weights_quantized_bytes < 0.2 * mem.weights_float_bytes + 64 * 4 * 4
+    assert mem.activation_quantized_bytes < mem.activation_float_bytes
+    json.dumps(info.to_dict(), allow_nan=False)
+
+
+@pytest.mark.parametrize(
+    "method",
+    [mct.core.QuantizationErrorMethod.NOCLIPPING, mct.core.QuantizationErrorMethod.MAE, mct.core.QuantizationErrorMethod.LP],
+)
+def test_every_error_method_keeps_accuracy(fw, trained_digits, method):
+    model, x_train, x_test, y_test = trained_digits
+    qc = mct.core.QuantizationConfig(weights_error_method=method, activation_error_method=method, l_p_value=3.0)
+    q_model, _ = fw.ptq(model, representative_dataset(x_train), mct.core.CoreConfig(quantization_config=qc))
+    assert accuracy(fw.predict(q_model), x_test, y_test) >= accuracy(fw.predict(model), x_test, y_test) - 2.0
+
+
+@pytest.mark.parametrize("qmethod", list(mct.core.QuantizationMethod))
+def test_every_quantization_method_keeps_accuracy(fw, trained_digits, qmethod):
+    model, x_train, x_test, y_test = trained_digits
+    qc = mct.core.QuantizationConfig(weights_quantization_method=qmethod, activation_quantization_method=qmethod)
+    q_model, info = fw.ptq(model, representative_dataset(x_train), mct.core.CoreConfig(quantization_config=qc))
+    assert accuracy(fw.predict(q_model), x_test, y_test) >= accuracy(fw.predict(model), x_test, y_test) - 2.0
+    if qmethod == mct.core.QuantizationMethod.POWER_OF_TWO:
+        thresholds = [t for layer in info.layers.values() for t in layer.weights.get("kernel", {}).get("threshold") or []]
+        assert thresholds and all(np.log2(t) == np.round(np.log2(t)) for t in thresholds)
