@@ -1,0 +1,99 @@
+"""PTQ speed against one float pass over the same data, in one process.
+
+    .venv/bin/python bench/ptq_speed.py --framework pytorch   # ResNet-18 shape, 4 x 8x3x224x224
+    .venv/bin/python bench/ptq_speed.py --framework keras     # keras.applications.ResNet50
+
+Prints seconds and the ratios the issues set targets for (PTQ off <= 8x the float pass,
+logging on <= 1.3x off, similarity <= 0.5x the rest of PTQ).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import model_compression_toolkit as mct  # noqa: E402
+
+
+def setup(framework: str):
+    rng = np.random.default_rng(0)
+    if framework == "pytorch":
+        from bench.models import torch_resnet18
+
+        model = torch_resnet18()
+        batches = [rng.standard_normal((8, 3, 224, 224), dtype=np.float32) for _ in range(4)]
+        ptq = mct.ptq.pytorch_post_training_quantization
+
+        def float_pass():
+            import torch
+
+            with torch.no_grad():
+                for b in batches:
+                    model(torch.from_numpy(b))
+    else:
+        import keras
+
+        model = keras.applications.ResNet50(weights=None)
+        batches = [rng.standard_normal((8, 224, 224, 3), dtype=np.float32) for _ in range(4)]
+        ptq = mct.ptq.keras_post_training_quantization
+
+        def float_pass():
+            for b in batches:
+                model(b, training=False)
+
+    return model, batches, ptq, float_pass
+
+
+def timed(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--framework", choices=["pytorch", "keras"], default="pytorch")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    model, batches, ptq, float_pass = setup(args.framework)
+    gen = lambda: iter([[b] for b in batches])  # noqa: E731
+    no_sim = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+
+    def ptq_off():
+        mct.set_log_folder(None)
+        ptq(model, gen, no_sim)
+
+    def ptq_on(config):
+        def run():
+            with tempfile.TemporaryDirectory() as tmp:
+                mct.set_log_folder(tmp)
+                ptq(model, gen, config)
+                mct.set_log_folder(None)
+
+        return run
+
+    float_pass()  # warm-up
+    t_float = timed(float_pass, args.repeats)
+    t_off = timed(ptq_off, args.repeats)
+    t_on = timed(ptq_on(no_sim), args.repeats)
+    t_sim = timed(ptq_on(mct.core.CoreConfig()), args.repeats)
+    print(f"framework: {args.framework}, median of {args.repeats}")
+    print(f"float pass over the data: {t_float:.2f} s")
+    print(f"PTQ, logging off:         {t_off:.2f} s  ({t_off / t_float:.1f}x the float pass; target <= 8x)")
+    print(f"PTQ, logging on:          {t_on:.2f} s  ({t_on / t_off:.2f}x logging off; target <= 1.3x)")
+    print(f"PTQ, logging + similarity:{t_sim:.2f} s  (similarity {t_sim - t_on:.2f} s = {(t_sim - t_on) / t_on:.2f}x the rest)")
+
+
+if __name__ == "__main__":
+    main()
