@@ -6,26 +6,49 @@ tensor and activation counts at its chosen bit-width (biases and float layers st
 
 from __future__ import annotations
 
-from model_compression_toolkit.core.graph import Graph, Node, OpKind
+from model_compression_toolkit.core.graph import VALUE_PRESERVING, Graph, Node, OpKind
 from model_compression_toolkit.core.stage import NodeMemory
 
 FLOAT_BITS = 32
 
 
-def node_memory(node: Node, quantized: bool) -> NodeMemory:
+def node_memory(node: Node, activation_bits: int = FLOAT_BITS, quantized: bool = False) -> NodeMemory:
     weights_bits = 0.0
     for wname, w in node.weights.items():
         cfg = node.quant.weights.get(wname) if quantized else None
         weights_bits += w.size * (cfg.n_bits if cfg is not None else FLOAT_BITS)
-    act = node.quant.activation if quantized else None
     elements = 0 if node.kind == OpKind.SHAPE else node.output_size()
-    act_bits = elements * (act.n_bits if act is not None else FLOAT_BITS)
-    return NodeMemory(weights_bytes=weights_bits / 8, activation_bytes=act_bits / 8)
+    return NodeMemory(weights_bytes=weights_bits / 8, activation_bytes=elements * activation_bits / 8)
+
+
+def _activation_bits(graph: Graph) -> dict[str, int]:
+    """Bits each node's output is stored with once quantized.
+
+    A layer fused with the activation after it (``conv -> relu``) and an op that only
+    moves its input's values (``flatten``) hold their output at the bits of the
+    quantizer that carries it; anything else without a quantizer stays float32.
+    """
+    bits: dict[str, int] = {}
+    for node in graph.nodes():
+        act = node.quant.activation
+        if act is not None:
+            bits[node.name] = act.n_bits
+        elif node.kind in VALUE_PRESERVING and graph.in_edges(node.name):
+            bits[node.name] = bits.get(graph.in_edges(node.name)[0].src, FLOAT_BITS)
+        else:
+            bits[node.name] = FLOAT_BITS
+    for node in reversed(graph.nodes()):  # fused producers take their activation's bits
+        if node.quant.fused_into in bits:
+            bits[node.name] = bits[node.quant.fused_into]
+    return bits
 
 
 def graph_memory(graph: Graph, quantized: bool) -> dict[str, NodeMemory]:
     """Bytes per node, at the quantized bit-widths when ``quantized``, else float32."""
-    return {node.name: node_memory(node, quantized) for node in graph.nodes()}
+    bits = _activation_bits(graph) if quantized else {}
+    return {
+        node.name: node_memory(node, bits.get(node.name, FLOAT_BITS), quantized) for node in graph.nodes()
+    }
 
 
 def total(memory: dict[str, NodeMemory]) -> NodeMemory:

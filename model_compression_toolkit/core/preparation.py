@@ -122,6 +122,7 @@ def assign_quantization(graph: Graph, config: QuantizationConfig) -> None:
             reason = "only moves values of its input, which carries the quantization"
         if reason is None and fused is not None:
             reason = f"fused with the activation {fused.name!r}: quantized after it"
+            q.fused_into = fused.name
         if reason is None:
             q.activation = ActivationQuantConfig(
                 n_bits=config.activation_n_bits,

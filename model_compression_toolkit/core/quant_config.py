@@ -64,6 +64,7 @@ class NodeQuantConfig:
     weights: dict[str, WeightsQuantConfig] = field(default_factory=dict)
     activation_float_reason: str | None = None
     weights_float_reason: str | None = None
+    fused_into: str | None = None  # the activation after this layer that quantizes its output
 
     @property
     def is_quantized(self) -> bool:

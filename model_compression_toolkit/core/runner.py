@@ -90,8 +90,9 @@ def post_training_quantization(
     backend = get_backend(model, expected=framework)
     data = RepresentativeData(representative_data_gen, backend, model)
     model_name = backend.model_name(model)
+    graph, read_warnings = backend.read(model, data.first)  # bad input fails here, before any file exists
     with ptq_run(model_name) as run:
-        return _pipeline(backend, model, data, config, run, model_name)
+        return _pipeline(backend, graph, read_warnings, data, config, run, model_name)
 
 
 def _warn(shown: list[str], message: str, category: type[Warning] = UserWarning) -> None:
@@ -101,10 +102,9 @@ def _warn(shown: list[str], message: str, category: type[Warning] = UserWarning)
     shown.append(message)
 
 
-def _pipeline(backend, model, data, config: CoreConfig, run, model_name: str):
+def _pipeline(backend, graph: Graph, read_warnings: list[str], data, config: CoreConfig, run, model_name: str):
     qc = config.quantization_config
     shown: list[str] = []
-    graph, read_warnings = backend.read(model, data.first)
     for message in read_warnings:
         _warn(shown, message)
     _report(run.sink, "initial_graph", graph)

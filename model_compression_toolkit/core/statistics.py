@@ -8,6 +8,7 @@ memory is O(nodes x bins) whatever the size of the data.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,3 +39,193 @@ class NodeStatistics:
     max_per_channel: np.ndarray
     mean_per_channel: np.ndarray
     nonfinite: int = 0
+
+
+_CHUNK = 1 << 16  # values per histogram step: the float64 buffers stay in cache
+
+
+class StatisticsCollector:
+    """Reduces a stream of activation batches to a :class:`NodeStatistics`.
+
+    ``batch -> update() -> (histogram, sums, per-channel min/max/sum) -> result()``
+
+    The histogram has ``n_bins`` bins of width ``2**e`` whose edges are integer
+    multiples of the width, so the grid is anchored at zero. When a batch falls outside
+    the range, the width is multiplied by ``2**k`` and every old bin lands whole in one
+    new bin: counts stay exact. Bin indices are ``floor(x * 2**-e) - L`` in float64,
+    which is exact (scaling by a power of two, then integer arithmetic), so each value
+    lies in ``[edges[i], edges[i + 1])`` of the bin it is counted in.
+
+    Args:
+        n_bins: number of histogram bins (fixed).
+        channel_axis: axis of the per-channel statistics; None, or an output with at
+            most two dimensions (batch, features), is treated as one channel.
+    """
+
+    def __init__(self, n_bins: int = 2048, channel_axis: int | None = 1):
+        if n_bins < 1:
+            raise ValueError(f"n_bins must be >= 1; got {n_bins}")
+        self.n_bins = int(n_bins)
+        self.channel_axis = channel_axis
+        self._counts = np.zeros(self.n_bins, dtype=np.int64)
+        self._e: int | None = None  # bin width is 2**e; None until the first finite value
+        self._lo = 0  # index of the first bin's left edge, in units of the width
+        self._count = 0
+        self._sum = 0.0
+        self._sum_squares = 0.0
+        self._nonfinite = 0
+        self._ch_min: np.ndarray | None = None
+        self._ch_max: np.ndarray | None = None
+        self._ch_sum: np.ndarray | None = None
+        self._ch_count: np.ndarray | None = None
+
+    # ----------------------------------------------------------------- public
+    def update(self, x: np.ndarray) -> None:
+        """Add one batch of activations (any float or int dtype, any shape)."""
+        x = np.asarray(x)
+        if x.dtype != np.float32 and x.dtype != np.float64:
+            x = x.astype(np.float64 if x.dtype.itemsize > 4 else np.float32)
+        if x.size == 0:
+            return
+        xc = self._channel_view(x)
+        rows = xc.reshape(xc.shape[0], xc.shape[1]) if xc.shape[2] == 1 else None
+        with np.errstate(invalid="ignore", over="ignore"):  # non-finite sums are handled below
+            if rows is not None:  # channels last: reduce over rows
+                ch_sum = rows.sum(axis=0, dtype=np.float64)
+            else:
+                ch_sum = xc.sum(axis=(0, 2), dtype=np.float64)
+        if np.isfinite(ch_sum).all():
+            if rows is not None:
+                ch_min = rows.min(axis=0).astype(np.float64)
+                ch_max = rows.max(axis=0).astype(np.float64)
+            else:
+                ch_min = xc.min(axis=2).min(axis=0).astype(np.float64)
+                ch_max = xc.max(axis=2).max(axis=0).astype(np.float64)
+            ch_count = np.full(xc.shape[1], xc.shape[0] * xc.shape[2], dtype=np.int64)
+            flat = xc.reshape(-1)
+        else:  # rare: mask NaN / inf out of every statistic
+            finite = np.isfinite(xc)
+            ch_count = finite.sum(axis=(0, 2), dtype=np.int64)
+            self._nonfinite += int(x.size - ch_count.sum())
+            ch_min = np.where(finite, xc, np.inf).min(axis=(0, 2)).astype(np.float64)
+            ch_max = np.where(finite, xc, -np.inf).max(axis=(0, 2)).astype(np.float64)
+            ch_sum = np.where(finite, xc, 0).sum(axis=(0, 2), dtype=np.float64)
+            flat = xc[finite]
+            if flat.size == 0:
+                self._merge_channels(ch_min, ch_max, ch_sum, ch_count)
+                return
+        self._merge_channels(ch_min, ch_max, ch_sum, ch_count)
+        seen = ch_count > 0
+        self._cover(float(ch_min[seen].min()), float(ch_max[seen].max()))
+        self._sum_squares += self._count_values(flat)
+        self._count += int(flat.size)
+        self._sum += float(ch_sum.sum())
+
+    def result(self) -> NodeStatistics:
+        """The statistics of everything fed so far (zeros when nothing finite was fed)."""
+        n = self.n_bins
+        if self._e is None:
+            edges = np.linspace(0.0, 1.0, n + 1)
+            lo = hi = 0.0
+        else:
+            width = 2.0**self._e
+            edges = (self._lo + np.arange(n + 1, dtype=np.float64)) * width
+            lo, hi = float(self._ch_min.min()), float(self._ch_max.max())
+        if self._ch_count is None:
+            empty = np.zeros(0)
+            ch_min = ch_max = ch_mean = empty
+        else:
+            seen = self._ch_count > 0
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ch_mean = np.where(seen, self._ch_sum / self._ch_count, np.nan)
+            ch_min = np.where(seen, self._ch_min, np.nan)
+            ch_max = np.where(seen, self._ch_max, np.nan)
+        return NodeStatistics(
+            counts=self._counts.copy(),
+            edges=edges,
+            count=self._count,
+            sum=self._sum,
+            sum_squares=self._sum_squares,
+            min=lo,
+            max=hi,
+            min_per_channel=ch_min,
+            max_per_channel=ch_max,
+            mean_per_channel=ch_mean,
+            nonfinite=self._nonfinite,
+        )
+
+    # ---------------------------------------------------------------- helpers
+    def _channel_view(self, x: np.ndarray) -> np.ndarray:
+        """``x`` as (before, channels, after), a view when x is C-contiguous."""
+        x = np.ascontiguousarray(x)
+        if self.channel_axis is None or x.ndim <= 2:
+            return x.reshape(1, 1, -1)
+        axis = self.channel_axis % x.ndim
+        before = int(np.prod(x.shape[:axis], dtype=np.int64))
+        return x.reshape(before, x.shape[axis], -1)
+
+    def _merge_channels(self, ch_min, ch_max, ch_sum, ch_count) -> None:
+        if self._ch_count is None:
+            self._ch_min, self._ch_max, self._ch_sum, self._ch_count = ch_min, ch_max, ch_sum, ch_count
+            return
+        if ch_count.shape != self._ch_count.shape:
+            raise ValueError(
+                f"expected {self._ch_count.size} channels along axis {self.channel_axis} as in earlier "
+                f"batches; got {ch_count.size}. Every batch of one node must have the same channel count"
+            )
+        np.minimum(self._ch_min, ch_min, out=self._ch_min)
+        np.maximum(self._ch_max, ch_max, out=self._ch_max)
+        self._ch_sum += ch_sum
+        self._ch_count += ch_count
+
+    def _cover(self, lo: float, hi: float) -> None:
+        """Grow the range (merging bins by a power of two) until it holds [lo, hi]."""
+        n = self.n_bins
+        if self._e is None:
+            # the first batch sets the width: its span over n bins, but no finer than
+            # 2**-40 of its magnitude (so bin indices stay far below 2**53) and 2**-60
+            # for an all-zero batch
+            magnitude = max(abs(lo), abs(hi))
+            e = math.frexp(hi / n - lo / n)[1] - 1 if hi > lo else -60
+            if magnitude > 0.0:
+                e = max(e, math.frexp(magnitude)[1] - 41)
+            self._e = e
+            self._lo = math.floor(math.ldexp(lo, -e))
+        first = min(math.floor(math.ldexp(lo, -self._e)), self._lo)
+        last = max(math.floor(math.ldexp(hi, -self._e)), self._lo + n - 1)
+        k = max(0, (last - first + 1).bit_length() - n.bit_length() - 1)
+        while (last >> k) - (first >> k) > n - 1:
+            k += 1
+        if k == 0 and first == self._lo:
+            return
+        new_lo = first >> k
+        if k < 62:
+            old = (self._lo + np.arange(n, dtype=np.int64)) >> k
+        else:
+            old = np.array([(self._lo + i) >> k for i in range(n)], dtype=np.int64)
+        merged = np.zeros(n, dtype=np.int64)
+        np.add.at(merged, old - new_lo, self._counts)
+        self._counts, self._e, self._lo = merged, self._e + k, new_lo
+
+    def _count_values(self, flat: np.ndarray) -> float:
+        """Histogram finite values already inside the range; returns their sum of squares."""
+        n, e = self.n_bins, self._e
+        inv_width = 2.0**-e if -1000 < e < 1000 else None
+        step = min(_CHUNK, flat.size)
+        buf = np.empty(step, dtype=np.float64)
+        ibuf = np.empty(step, dtype=np.intp)
+        sum_squares = 0.0
+        for start in range(0, flat.size, step):
+            chunk = flat[start : start + step]
+            t, idx = buf[: chunk.size], ibuf[: chunk.size]
+            t[...] = chunk
+            sum_squares += float(np.einsum("i,i->", t, t))  # not BLAS: its threads stall under load
+            if inv_width is not None:
+                t *= inv_width  # exact: a power of two
+            else:
+                np.ldexp(t, -e, out=t)
+            np.floor(t, out=t)
+            t -= self._lo  # integers below 2**53: exact
+            idx[...] = t
+            self._counts += np.bincount(idx, minlength=n)
+        return sum_squares

@@ -1,0 +1,194 @@
+"""Run the similarity analysis: three models, chunks of samples, metrics as outputs arrive."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from model_compression_toolkit.core.backend import Backend
+from model_compression_toolkit.core.data import RepresentativeData
+from model_compression_toolkit.core.graph import Graph, Node
+from model_compression_toolkit.core.metrics import SampleMetrics, compare
+from model_compression_toolkit.core.report import LayerSimilarity, SimilarityReport
+from model_compression_toolkit.core.similarity import (
+    ComparePoint,
+    chunk_size,
+    compare_points,
+    local_graph,
+    sample_chunks,
+)
+from model_compression_toolkit.core.statistics import NodeStatistics
+
+HISTOGRAM_BINS = 128
+BYTES_PER_VALUE = 4
+
+
+@dataclass
+class PairHistogram:
+    """Float and quantized values of one compare point on the same bins."""
+
+    edges: np.ndarray
+    float_counts: np.ndarray
+    quantized_counts: np.ndarray
+
+
+@dataclass
+class SimilarityResult:
+    """The report plus what only the TensorBoard view needs."""
+
+    report: SimilarityReport
+    histograms: dict[str, PairHistogram] = field(default_factory=dict)
+
+
+class _PointAccumulator:
+    """Reduces one compare point's outputs, chunk by chunk, to metrics and histograms."""
+
+    def __init__(self, point: ComparePoint, node: Node, stats: NodeStatistics | None) -> None:
+        self.point, self.node = point, node
+        self.accumulated: list[SampleMetrics] = []
+        self.local: list[SampleMetrics] = []
+        act = node.quant.activation
+        self.grid = act.grid if act is not None else None
+        self.range = None
+        if self.grid is not None:
+            s, zp = float(np.max(self.grid.scale)), float(np.max(self.grid.zero_point))
+            self.range = ((self.grid.qmin - zp) * s, (self.grid.qmax - zp) * s, s)
+        self.edges = None if stats is None else self._edges(stats.min, stats.max)
+        self.clipped = 0
+        self.total = 0
+        self.hist_float = np.zeros(HISTOGRAM_BINS, np.int64)
+        self.hist_quant = np.zeros(HISTOGRAM_BINS, np.int64)
+
+    def _edges(self, lo: float, hi: float) -> np.ndarray:
+        if self.range is not None:
+            lo, hi = min(lo, self.range[0]), max(hi, self.range[1])
+        if not np.isfinite([lo, hi]).all():
+            lo, hi = 0.0, 1.0
+        if hi <= lo:
+            hi = lo + 1.0
+        return np.linspace(lo, hi, HISTOGRAM_BINS + 1)
+
+    def _hist(self, values: np.ndarray) -> np.ndarray:
+        v = values.ravel()
+        v = v[np.isfinite(v)]
+        return np.histogram(np.clip(v, self.edges[0], self.edges[-1]), bins=self.edges)[0]
+
+    def update(self, reference: np.ndarray, quantized: np.ndarray, local: np.ndarray | None) -> None:
+        self.accumulated.append(compare(reference, quantized))
+        if local is not None:
+            self.local.append(compare(reference, local))
+        if self.edges is None:
+            finite = reference[np.isfinite(reference)]
+            self.edges = self._edges(float(finite.min()), float(finite.max())) if finite.size else self._edges(0, 1)
+        self.hist_float += self._hist(reference)
+        self.hist_quant += self._hist(quantized)
+        if self.range is not None:
+            lo, hi, step = self.range
+            self.clipped += int(np.count_nonzero((reference < lo - step / 2) | (reference > hi + step / 2)))
+        self.total += reference.size
+
+    def result(self, layer_type: str) -> LayerSimilarity:
+        acc = SampleMetrics.concat(self.accumulated)
+        node, p = self.node, self.point
+        weights = list(node.quant.weights.values())
+        layer = LayerSimilarity(
+            name=p.name,
+            layer_type=layer_type,
+            position=p.position,
+            is_output=p.is_output,
+            cosine_mean=float(acc.cosine.mean()),
+            cosine_min=float(acc.cosine.min()),
+            worst_sample=int(acc.cosine.argmin()),
+            sqnr_db=float(acc.sqnr_db.mean()),
+            mse=float(acc.mse.mean()),
+            max_abs_error=float(acc.max_abs.max()),
+            weights_bits=weights[0].n_bits if weights else None,
+            activation_bits=node.quant.activation.n_bits if node.quant.activation else None,
+            weights_threshold_max=_max_threshold(weights),
+            activation_threshold=_activation_threshold(node),
+            clipped_percent=100.0 * self.clipped / self.total if self.range is not None and self.total else None,
+            cosine_per_sample=[float(c) for c in acc.cosine],
+        )
+        if self.local:
+            loc = SampleMetrics.concat(self.local)
+            layer.local_cosine_mean = float(loc.cosine.mean())
+            layer.local_sqnr_db = float(loc.sqnr_db.mean())
+            layer.local_mse = float(loc.mse.mean())
+            layer.local_max_abs_error = float(loc.max_abs.max())
+        return layer
+
+
+def _max_threshold(weights) -> float | None:
+    values = [np.max(np.abs(w.threshold)) for w in weights if w.threshold is not None]
+    values += [max(np.max(np.abs(w.range_min)), np.max(np.abs(w.range_max))) for w in weights if w.range_min is not None]
+    return float(max(values)) if values else None
+
+
+def _activation_threshold(node: Node) -> float | None:
+    act = node.quant.activation
+    if act is None:
+        return None
+    if act.threshold is not None:
+        return float(act.threshold)
+    if act.range_max is not None:
+        return float(max(abs(act.range_min), abs(act.range_max)))
+    return None
+
+
+def _per_sample_bytes(graphs_and_names: list[tuple[Graph, list[str]]]) -> float:
+    return float(
+        sum(graph.node(n).output_size() * BYTES_PER_VALUE for graph, names in graphs_and_names for n in names)
+    )
+
+
+def analyze(
+    backend: Backend,
+    float_graph: Graph,
+    q_graph: Graph,
+    data: RepresentativeData,
+    samples: int,
+    memory_cap: int,
+    stats: Mapping[str, NodeStatistics] | None = None,
+) -> SimilarityResult:
+    """Compare the float model (``float_graph``, before preparation) with the quantized one.
+
+    Args:
+        backend: builds and runs the three models.
+        float_graph: the user's model as read, before any transform.
+        q_graph: the quantized graph (thresholds selected).
+        data: the representative data; the first ``samples`` samples are used.
+        memory_cap: bytes of layer outputs held at once.
+        stats: collected statistics by node, to put the histograms on the right range.
+    """
+    points = compare_points(float_graph, q_graph)
+    local = local_graph(q_graph, points)
+    float_names = list(dict.fromkeys([p.reference for p in points] + [ref for kind, ref in local.feeds if kind == "float"]))
+    float_model = backend.build(float_graph, quantized=False, extra_outputs=float_names)
+    q_model = backend.build(q_graph, quantized=True, extra_outputs=[p.name for p in points])
+    local_model = backend.build(local.graph, quantized=True) if local.graph.outputs else None
+    local_names = [name for name, _ in local.graph.outputs]
+    per_sample = _per_sample_bytes(
+        [(float_graph, float_names), (q_graph, [p.name for p in points]), (local.graph, local_names)]
+    )
+    accumulators = [_PointAccumulator(p, q_graph.node(p.name), (stats or {}).get(p.name)) for p in points]
+    seen = 0
+    for chunk in sample_chunks(data.samples(samples), chunk_size(per_sample, samples, memory_cap)):
+        f_out = dict(zip(float_names, backend.run(float_model, chunk)[len(float_graph.outputs) :]))
+        q_out = backend.run(q_model, chunk)[len(q_graph.outputs) :]
+        l_out = {}
+        if local_model is not None:
+            feeds = [f_out[ref] if kind == "float" else chunk[ref] for kind, ref in local.feeds]
+            l_out = dict(zip(local_names, backend.run(local_model, feeds)))
+        for acc, quantized in zip(accumulators, q_out):
+            acc.update(f_out[acc.point.reference], quantized, l_out.get(acc.point.local))
+        seen += len(chunk[0])
+        del f_out, q_out, l_out
+    layers = [acc.result(q_graph.node(acc.point.name).layer_type) for acc in accumulators]
+    histograms = {
+        acc.point.name: PairHistogram(acc.edges, acc.hist_float, acc.hist_quant)
+        for acc in accumulators
+        if acc.edges is not None
+    }
+    return SimilarityResult(SimilarityReport(samples=seen, layers=layers), histograms)

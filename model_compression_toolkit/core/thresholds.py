@@ -1,0 +1,385 @@
+"""Threshold selection: fill a node's quantization configs from statistics or weights.
+
+``NodeStatistics -> fill_activation_config -> cfg.threshold / range, cfg.grid``
+``weights -> fill_weights_config -> cfg.threshold (one per channel) / range, cfg.grid``
+
+Clipping error methods (MSE, MAE, LP) pick the range that minimises the mean
+``|q(x) - x|**p``: for activations over the histogram (each bin's values spread
+uniformly over the bin, clipped to [min, max]; ``histogram_error``), for weights over
+the weights themselves. Candidates are evaluated many at once: all
+candidates x all bins for a histogram, all channels at once per candidate for weights,
+coarse to fine. The no-clipping range is always a candidate, so the chosen range is
+never worse than it on the data it was chosen on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod
+from model_compression_toolkit.core.quant_config import ActivationQuantConfig, QuantGrid, WeightsQuantConfig
+from model_compression_toolkit.core.quantizers import (
+    MIN_THRESHOLD,
+    channel_view,
+    power_of_two_ceil,
+    symmetric_grid,
+    uniform_grid,
+)
+from model_compression_toolkit.core.statistics import NodeStatistics
+
+_MIN_EXP = int(np.log2(MIN_THRESHOLD))  # smallest power-of-two threshold
+# fine search levels of the weights' symmetric threshold: (step in octaves, steps tried)
+_FINE = ((1 / 15, (-2, -1, 1, 2)), (1 / 75, (-2, -1, 1, 2)), (1 / 375, (-2, -1, 1, 2)))
+_CHUNK = 1 << 15  # weight values per search block: the block and its buffers stay in cache
+
+
+def error_power(error_method: QuantizationErrorMethod, l_p_value: float = 2.0) -> float | None:
+    """The exponent p of the error |q(x) - x|**p, or None for NOCLIPPING."""
+    return {
+        QuantizationErrorMethod.NOCLIPPING: None,
+        QuantizationErrorMethod.MSE: 2.0,
+        QuantizationErrorMethod.MAE: 1.0,
+        QuantizationErrorMethod.LP: float(l_p_value),
+    }[error_method]
+
+
+def quantization_error(
+    values: np.ndarray, counts: np.ndarray | None, grid: QuantGrid, p: float
+) -> np.ndarray:
+    """Mean ``|q(v) - v|**p`` of ``values`` weighted by ``counts``, in float64.
+
+    Grid parameters broadcast against ``values`` with one trailing axis: scalars give one
+    error; parameters of shape (C,) with values (C, K) give one error per row; parameters
+    of shape (J,) with values (K,) give one error per candidate grid.
+
+    Args:
+        values: the values (histogram bin centres, or weights).
+        counts: weights of the values (histogram counts), or None for all ones.
+        grid: the quantization grid, as used by ``fake_quant``.
+        p: the error exponent.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    scale = np.asarray(grid.scale, dtype=np.float64)
+    zp = np.asarray(grid.zero_point, dtype=np.float64)
+    if scale.ndim:
+        scale, zp = scale[..., None], zp[..., None]
+    q = np.clip(np.round(v / scale) + zp, grid.qmin, grid.qmax)
+    err = _power(np.abs((q - zp) * scale - v), p)
+    if counts is None:
+        return err.mean(axis=-1) if v.shape[-1] else np.zeros(err.shape[:-1])
+    c = np.asarray(counts, dtype=np.float64)
+    total = c.sum(axis=-1)
+    return (err * c).sum(axis=-1) / np.where(total > 0, total, 1.0)
+
+
+def _power(a: np.ndarray, p: float) -> np.ndarray:
+    if p == 2.0:
+        return np.square(a, out=a)
+    if p == 1.0:
+        return a
+    return np.power(a, p, out=a)
+
+
+def histogram_error(lo: np.ndarray, hi: np.ndarray, counts: np.ndarray, grid: QuantGrid, p: float) -> np.ndarray:
+    """Mean ``|q(x) - x|**p`` of a histogram whose bin i holds ``counts[i]`` values spread
+    uniformly over ``[lo[i], hi[i]]``, in closed form (no alignment artefacts between
+    the bins and the grid). Grid parameters of shape (J,) give one error per grid.
+
+    On ``[L, U)`` = the grid's rounding range the error is the sawtooth ``s * u``
+    (``u = x/s - round(x/s)``), whose antiderivative of ``|.|**p`` is
+    ``s**p x / ((p+1) 2**p) + s**(p+1) (sign(u) |u|**(p+1) - u / 2**p) / (p+1)``;
+    outside it is the clipping error ``x - c`` with antiderivative ``sign |.|**(p+1)/(p+1)``.
+    """
+    scale = np.asarray(grid.scale, dtype=np.float64)
+    zp = np.asarray(grid.zero_point, dtype=np.float64)
+    if scale.ndim:
+        scale, zp = scale[:, None], zp[:, None]
+    lo_q, hi_q = (grid.qmin - zp) * scale, (grid.qmax - zp) * scale
+    low, up = lo_q - scale / 2, hi_q + scale / 2
+    k = 1.0 / ((p + 1) * 2.0**p)
+
+    def tail(y):
+        return np.sign(y) * np.abs(y) ** (p + 1) / (p + 1)
+
+    def saw(x):
+        r = x / scale
+        u = r - np.round(r)
+        return scale**p * x * k + scale ** (p + 1) * (np.sign(u) * np.abs(u) ** (p + 1) / (p + 1) - u * k)
+
+    def antiderivative(x):
+        inside = saw(np.clip(x, low, up))
+        below = tail(x - lo_q) - tail(-scale / 2) + saw(low)
+        above = tail(x - hi_q) - tail(scale / 2) + saw(up)
+        return np.where(x < low, below, np.where(x > up, above, inside))
+
+    width = hi - lo
+    spread = (antiderivative(hi) - antiderivative(lo)) / np.where(width > 0, width, 1.0)
+    q = np.clip(np.round(lo / scale) + zp, grid.qmin, grid.qmax)
+    point = np.abs((q - zp) * scale - lo) ** p  # zero-width bins: all values at one point
+    err = np.where(width > 0, spread, point)
+    total = counts.sum()
+    return (err * counts).sum(axis=-1) / (total if total > 0 else 1.0)
+
+
+# ----------------------------------------------------------------- activations
+
+
+def fill_activation_config(cfg: ActivationQuantConfig, stats: NodeStatistics, l_p_value: float = 2.0) -> None:
+    """Set ``cfg.signed``, the threshold (or range) and ``cfg.grid`` from ``stats``.
+
+    Signed iff the collected minimum is negative. SYMMETRIC / POWER_OF_TWO set
+    ``cfg.threshold``; UNIFORM sets ``cfg.range_min`` <= 0 <= ``cfg.range_max``.
+    """
+    cfg.signed = not stats.min >= 0
+    p = error_power(cfg.error_method, l_p_value)
+    values = _histogram_values(stats)
+    if cfg.method == QuantizationMethod.UNIFORM:
+        lo, hi = min(float(stats.min), 0.0), max(float(stats.max), 0.0)
+        if p is not None and values[0].size and hi > lo:
+            lo, hi = _search_uniform_hist(values, lo, hi, cfg.n_bits, p)
+        cfg.range_min, cfg.range_max = lo, hi
+        cfg.threshold = None
+        cfg.grid = uniform_grid(lo, hi, cfg.n_bits)
+        return
+    ref = max(abs(float(stats.min)), abs(float(stats.max))) if cfg.signed else max(float(stats.max), 0.0)
+    pow2 = cfg.method == QuantizationMethod.POWER_OF_TWO
+    threshold = float(power_of_two_ceil(ref)) if pow2 else max(ref, MIN_THRESHOLD)
+    if p is not None and values[0].size and ref > 0:
+        threshold = _search_symmetric_hist(values, ref, cfg.n_bits, cfg.signed, p, pow2)
+    cfg.threshold = threshold
+    cfg.range_min = cfg.range_max = None
+    cfg.grid = symmetric_grid(threshold, cfg.n_bits, cfg.signed)
+
+
+def _histogram_values(stats: NodeStatistics) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The non-empty bins as intervals clipped to [min, max], and their counts."""
+    counts = np.asarray(stats.counts)
+    if stats.count == 0 or counts.sum() == 0:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    edges = np.asarray(stats.edges, dtype=np.float64)
+    keep = counts > 0
+    lo = np.clip(edges[:-1][keep], stats.min, stats.max)
+    hi = np.clip(edges[1:][keep], stats.min, stats.max)
+    return lo, hi, counts[keep].astype(np.float64)
+
+
+def _search_symmetric_hist(bins, ref, n_bits, signed, p, pow2) -> float:
+    """Threshold minimising the histogram error; candidate 0 is the no-clipping one."""
+
+    def errors(thresholds: np.ndarray) -> np.ndarray:
+        return histogram_error(*bins, symmetric_grid(thresholds, n_bits, signed), p)
+
+    if pow2:
+        top = int(np.log2(power_of_two_ceil(ref)))
+        cands = 2.0 ** np.arange(top, max(top - 40, _MIN_EXP - 1), -1)
+        return float(cands[int(np.argmin(errors(cands)))])
+    # coarse: 8 per octave over 12 octaves below the maximum; fine: 32 per coarse step
+    offsets = -np.arange(97) / 8.0
+    errs = errors(np.maximum(ref * 2.0**offsets, MIN_THRESHOLD))
+    best = offsets[int(np.argmin(errs))]
+    fine = np.minimum(best + np.linspace(-1 / 8, 1 / 8, 33), 0.0)
+    fine_errs = errors(np.maximum(ref * 2.0**fine, MIN_THRESHOLD))
+    all_offsets = np.concatenate([offsets, fine])
+    all_errs = np.concatenate([errs, fine_errs])
+    return float(max(ref * 2.0 ** all_offsets[int(np.argmin(all_errs))], MIN_THRESHOLD))
+
+
+def _search_uniform_hist(bins, lo, hi, n_bits, p) -> tuple[float, float]:
+    """(min, max) minimising the histogram error over shrink factors of both ends."""
+
+    def best_of(lo_off: np.ndarray, hi_off: np.ndarray):
+        a, b = np.meshgrid(lo_off, hi_off, indexing="ij")
+        a, b = a.ravel(), b.ravel()
+        errs = histogram_error(*bins, uniform_grid(lo * 2.0**a, hi * 2.0**b, n_bits), p)
+        i = int(np.argmin(errs))
+        return a[i], b[i], errs[i]
+
+    coarse = -np.arange(25) / 3.0  # down to 1/256 of each end, 3 per octave
+    a, b, err = best_of(coarse, coarse)
+    step = np.linspace(-1 / 3, 1 / 3, 9)
+    fa, fb, ferr = best_of(np.minimum(a + step, 0.0), np.minimum(b + step, 0.0))
+    if ferr < err:
+        a, b = fa, fb
+    return float(lo * 2.0**a), float(hi * 2.0**b)
+
+
+# --------------------------------------------------------------------- weights
+
+
+def fill_weights_config(cfg: WeightsQuantConfig, w: np.ndarray, l_p_value: float = 2.0) -> None:
+    """Set the threshold (or range) and ``cfg.grid`` of one weight tensor.
+
+    Per output channel along ``cfg.channel_axes`` when ``cfg.per_channel`` (parameters
+    of shape (C,), C in C order of those axes), else per tensor (0-d parameters).
+    SYMMETRIC / POWER_OF_TWO are signed symmetric; UNIFORM sets per-channel
+    ``range_min`` <= 0 <= ``range_max``.
+    """
+    w = np.asarray(w)
+    dtype = np.float64 if w.dtype == np.float64 else np.float32
+    w = w.astype(dtype, copy=False)
+    per_channel = bool(cfg.per_channel and cfg.channel_axes)
+    rows = channel_view(w, cfg.channel_axes) if per_channel else w.reshape(1, -1)
+    rows = np.ascontiguousarray(rows)
+    if not np.isfinite(rows.sum(dtype=np.float64)):
+        rows = np.where(np.isfinite(rows), rows, 0).astype(dtype)
+    p = error_power(cfg.error_method, l_p_value)
+    if rows.shape[1] == 0:
+        rows = np.zeros((rows.shape[0], 1), dtype=dtype)
+    if cfg.method == QuantizationMethod.UNIFORM:
+        lo = np.minimum(rows.min(axis=1), 0).astype(np.float64)
+        hi = np.maximum(rows.max(axis=1), 0).astype(np.float64)
+        if p is not None:
+            lo, hi = _blocks(rows, lambda blk, sl: _search_uniform_rows(blk, lo[sl], hi[sl], cfg.n_bits, p))
+        if not per_channel:
+            lo, hi = lo.reshape(()), hi.reshape(())
+        cfg.range_min, cfg.range_max, cfg.threshold = lo, hi, None
+        cfg.grid = uniform_grid(lo, hi, cfg.n_bits)
+        return
+    ref = np.abs(rows).max(axis=1).astype(np.float64)
+    pow2 = cfg.method == QuantizationMethod.POWER_OF_TWO
+    if p is None:
+        threshold = power_of_two_ceil(ref) if pow2 else np.maximum(ref, MIN_THRESHOLD)
+    else:
+        (threshold,) = _blocks(rows, lambda blk, sl: (_search_symmetric_rows(blk, ref[sl], cfg.n_bits, p, pow2),))
+    if not per_channel:
+        threshold = threshold.reshape(())
+    cfg.threshold, cfg.range_min, cfg.range_max = threshold, None, None
+    cfg.grid = symmetric_grid(threshold, cfg.n_bits, signed=True)
+
+
+def _blocks(rows: np.ndarray, search) -> tuple[np.ndarray, ...]:
+    """Run ``search(block, row_slice)`` over blocks of whole rows small enough for cache."""
+    n_rows, k = rows.shape
+    step = max(1, _CHUNK // k)
+    parts = [search(rows[s : s + step], slice(s, s + step)) for s in range(0, n_rows, step)]
+    return tuple(np.concatenate([part[i] for part in parts]) for i in range(len(parts[0])))
+
+
+class _RowErrors:
+    """Per row, the sum of ``|q(x) - x|**p`` in grid units (float32 work, in place).
+
+    ``scaled(factor)`` quantizes ``block * factor`` on the integer grid (a scalar factor:
+    the fast path); ``per_row(inv_scale, zero_point)`` uses one scale per row.
+    """
+
+    def __init__(self, block: np.ndarray, qmin: int, qmax: int, p: float):
+        self.block, self.p = block, p
+        self.qmin, self.qmax = block.dtype.type(qmin), block.dtype.type(qmax)
+        self.v = np.empty_like(block)
+        self.q = np.empty_like(block)
+
+    def scaled(self, factor: float, block: np.ndarray | None = None) -> np.ndarray:
+        np.multiply(self.block if block is None else block, self.v.dtype.type(factor), out=self.v)
+        return self._finish()
+
+    def per_row(self, inv_scale: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
+        np.multiply(self.block, inv_scale[:, None].astype(self.v.dtype), out=self.v)
+        self.v += zero_point[:, None].astype(self.v.dtype)
+        return self._finish()
+
+    def _finish(self) -> np.ndarray:
+        v, q = self.v, self.q
+        np.rint(v, out=q)
+        np.clip(q, self.qmin, self.qmax, out=q)
+        q -= v
+        if self.p == 2.0:
+            return np.einsum("ij,ij->i", q, q).astype(np.float64)
+        return _power(np.abs(q, out=q), self.p).sum(axis=1, dtype=np.float64)
+
+
+def _search_symmetric_rows(block: np.ndarray, ref: np.ndarray, n_bits: int, p: float, pow2: bool) -> np.ndarray:
+    """Per-row threshold of a signed symmetric quantizer, all rows at once.
+
+    Rows are normalised by a per-row base threshold once, so every candidate is one
+    scalar multiple of the normalised block. Coarse: thresholds ``base * 2**-j`` (j/3
+    octaves, or whole octaves for powers of two) going down until a row has not improved
+    twice; fine (symmetric only, ``_FINE``): +-1 and +-2 steps of 1/15, 1/75 then
+    1/375 octave around each row's best, re-normalising between levels. Candidates stay in [MIN_THRESHOLD,
+    max |w|] (powers of two: up to the power of two above it).
+    """
+    levels = 2.0 ** (n_bits - 1)
+    errors = _RowErrors(block, -int(levels), int(levels) - 1, p)
+    base = power_of_two_ceil(ref) if pow2 else np.maximum(ref, MIN_THRESHOLD)
+    top = base.copy()  # largest allowed threshold; no clipping at the top
+    normed = block * (1.0 / base)[:, None].astype(block.dtype)
+
+    def err(b: np.ndarray, t_base: np.ndarray, o: float) -> np.ndarray:
+        t = t_base * 2.0**o
+        e = errors.scaled(levels * 2.0**-o, b) * (t / levels) ** p
+        return np.where((t >= MIN_THRESHOLD) & (t <= top * (1 + 1e-12)), e, np.inf)
+
+    nocl_e = best_e = err(normed, base, 0.0)
+    best_o = np.zeros_like(base)
+    misses = np.zeros(base.shape, dtype=np.int64)
+    step = 1.0 if pow2 else 1.0 / 3.0
+    for j in range(1, 17 if pow2 else 25):  # 16 octaves, or 1/3 octave steps down to 1/256
+        active = misses < 2
+        if not active.any():
+            break
+        e = err(normed, base, -j * step)
+        better = active & (e < best_e)
+        best_o, best_e = np.where(better, -j * step, best_o), np.where(better, e, best_e)
+        misses = np.where(better, 0, misses + 1)
+    best_t = base * 2.0**best_o
+    if not pow2:
+        for fine, ds in _FINE:
+            centre = best_t
+            normed = block * (1.0 / centre)[:, None].astype(block.dtype)
+            for d in ds:
+                e = err(normed, centre, d * fine)
+                better = e < best_e
+                best_t, best_e = np.where(better, centre * 2.0 ** (d * fine), best_t), np.where(better, e, best_e)
+    nocl_t = base
+    # near ties are settled exactly, with fake_quant's arithmetic
+    close = (best_t != nocl_t) & (best_e > nocl_e * (1 - 1e-4))
+    if close.any():
+        rows = block[close]
+        exact_best = quantization_error(rows, None, symmetric_grid(best_t[close], n_bits, True), p)
+        exact_nocl = quantization_error(rows, None, symmetric_grid(nocl_t[close], n_bits, True), p)
+        best_t[close] = np.where(exact_nocl <= exact_best, nocl_t[close], best_t[close])
+    return np.maximum(best_t, MIN_THRESHOLD)
+
+
+def _search_uniform_rows(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_bits: int, p: float):
+    """Per-row (min, max): both ends shrunk together (coarse), then each end alone (fine)."""
+    errors = _RowErrors(block, 0, 2**n_bits - 1, p)
+
+    def err(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        g = uniform_grid(lo * 2.0**a, hi * 2.0**b, n_bits)
+        return errors.per_row(1.0 / g.scale, g.zero_point) * g.scale**p
+
+    best_a = np.zeros_like(lo)
+    best_b = np.zeros_like(hi)
+    nocl_e = best_e = err(best_a, best_b)
+    misses = np.zeros(lo.shape, dtype=np.int64)
+    for j in range(1, 25):  # 1/3 octave steps down to 1/256, until a row misses twice
+        active = misses < 2
+        if not active.any():
+            break
+        o = np.full_like(lo, -j / 3)
+        e = err(o, o)
+        better = active & (e < best_e)
+        best_a, best_b, best_e = np.where(better, o, best_a), np.where(better, o, best_b), np.where(better, e, best_e)
+        misses = np.where(better, 0, misses + 1)
+    for fine in (1 / 9, 1 / 27, 1 / 81):
+        for end in (0, 1):
+            centre = best_a if end == 0 else best_b
+            for d in (-1, 1):
+                o = np.minimum(centre + d * fine, 0.0)
+                e = err(o, best_b) if end == 0 else err(best_a, o)
+                better = e < best_e
+                if end == 0:
+                    best_a = np.where(better, o, best_a)
+                else:
+                    best_b = np.where(better, o, best_b)
+                best_e = np.where(better, e, best_e)
+    b_lo, b_hi = lo * 2.0**best_a, hi * 2.0**best_b
+    close = ((best_a != 0) | (best_b != 0)) & (best_e > nocl_e * (1 - 1e-4))
+    if close.any():
+        rows = block[close]
+        exact_best = quantization_error(rows, None, uniform_grid(b_lo[close], b_hi[close], n_bits), p)
+        exact_nocl = quantization_error(rows, None, uniform_grid(lo[close], hi[close], n_bits), p)
+        keep = exact_nocl <= exact_best
+        b_lo[close] = np.where(keep, lo[close], b_lo[close])
+        b_hi[close] = np.where(keep, hi[close], b_hi[close])
+    return b_lo, b_hi

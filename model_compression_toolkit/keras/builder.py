@@ -1,0 +1,149 @@
+"""Build a functional ``keras.Model`` back from a `Graph`.
+
+Float: ``input -> conv -> relu -> ...``, each layer recreated from its class and config
+and given the node's weights. Quantized: the weights with a grid are fake-quantized in
+numpy, and every node whose output has a grid is followed by its quantizer::
+
+    prev -> conv(fake_quant(kernel), bias) -> ActivationFakeQuant("conv") -> next
+
+The user's layers are never reused, so the user's model is left as it was.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import numpy as np
+
+from model_compression_toolkit.core.graph import Graph, Node, OpKind
+from model_compression_toolkit.core.quantizers import fake_quant
+from model_compression_toolkit.errors import GraphValidationError, ModelReadError
+from model_compression_toolkit.keras import ops
+from model_compression_toolkit.keras.layers import ActivationFakeQuant
+
+
+@dataclass(frozen=True)
+class Slot:
+    """The place of the node's input ``index`` (its edge ``dst_index``) in the call arguments."""
+
+    index: int
+
+
+def fill(value: Any, inputs: Sequence[Any]) -> Any:
+    """The call arguments with each `Slot` replaced by its input."""
+    if isinstance(value, Slot):
+        return inputs[value.index]
+    if isinstance(value, dict):
+        return {k: fill(v, inputs) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(fill(v, inputs) for v in value)
+    return value
+
+
+def build(graph: Graph, quantized: bool, extra_outputs: Sequence[str] = ()) -> keras.Model:
+    """A new functional model computing ``graph``.
+
+    Args:
+        graph: the graph to build.
+        quantized: fake-quantize weights and activations that have a grid.
+        extra_outputs: nodes whose outputs are returned after the graph outputs.
+    """
+    names = _Names()
+    inputs: dict[str, Any] = {}
+    tensors: dict[str, list[Any]] = {}
+    for node in graph.nodes():
+        if node.kind == OpKind.INPUT:
+            spec = node.payload
+            outs = [
+                keras.Input(shape=spec["batch_shape"][1:], dtype=spec["dtype"], name=names.take(node.name))
+            ]
+            inputs[node.name] = outs[0]
+        else:
+            args = [tensors[e.src][e.src_index] for e in graph.in_edges(node.name)]
+            outs = _call(node, args, quantized, names)
+        if quantized and node.quant.activation is not None and node.quant.activation.grid is not None:
+            outs = [_quantizer(node, names, f"_{i}" if len(outs) > 1 else "")(t) for i, t in enumerate(outs)]
+        tensors[node.name] = outs
+    outputs = [tensors[n][i] for n, i in graph.outputs]
+    for name in extra_outputs:
+        if name not in tensors:
+            raise GraphValidationError(f"extra output {name!r} is not a node of graph {graph.name!r}")
+        outputs.extend(tensors[name])
+    model_inputs = [inputs[n] for n in graph.inputs]
+    return keras.Model(
+        inputs=model_inputs[0] if len(model_inputs) == 1 else model_inputs,
+        outputs=outputs[0] if len(outputs) == 1 else outputs,
+        name=names.take(graph.name),
+    )
+
+
+class _Names:
+    """Unique Keras layer names (no ``/``): ``inner/conv1 -> inner_conv1``."""
+
+    def __init__(self) -> None:
+        self._used: set[str] = set()
+
+    def take(self, name: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9_.\-]", "_", name) or "layer"
+        name, k = base, 1
+        while name in self._used:
+            name, k = f"{base}_{k}", k + 1
+        self._used.add(name)
+        return name
+
+
+def make_layer(cls: type, config: dict, name: str) -> Any:
+    """A new layer (or ``keras.ops`` operation) of class ``cls`` from a copy of ``config``."""
+    try:
+        return cls.from_config({**copy.deepcopy(config), "name": name})
+    except Exception as e:
+        raise ModelReadError(
+            f"expected layer {name!r} ({cls.__name__}) to be rebuilt with from_config(get_config()); "
+            f"it raised {type(e).__name__}: {e}. Make get_config() of {cls.__name__} return every "
+            "__init__ argument (or implement from_config)."
+        ) from e
+
+
+def _call(node: Node, inputs: list[Any], quantized: bool, names: _Names) -> list[Any]:
+    """Recreate the node's layer, call it on its inputs, set its weights; its outputs."""
+    payload = node.payload
+    config = payload["config"]
+    if "bias" in node.weights and config.get("use_bias") is False:  # a folded batch norm gave it one
+        config = {**config, "use_bias": True}
+    layer = make_layer(payload["class"], config, names.take(node.name))
+    out = layer(*fill(payload["args"], inputs), **fill(payload["kwargs"], inputs))
+    if node.kind == OpKind.UNKNOWN and node.weights:  # its variable names may differ: go by order
+        layer.set_weights(list(node.weights.values()))
+    elif ops.is_layer(layer) and layer.weights:
+        layer.set_weights([_weight(node, name, quantized) for name in ops.weight_names(layer)])
+    return list(keras.tree.flatten(out))
+
+
+def _weight(node: Node, name: str, quantized: bool) -> np.ndarray:
+    if name not in node.weights:
+        raise GraphValidationError(
+            f"{node.name!r} ({node.layer_type}) needs a weight {name!r}; the node has {sorted(node.weights)}"
+        )
+    w = node.weights[name]
+    cfg = node.quant.weights.get(name) if quantized else None
+    if cfg is not None and cfg.grid is not None:
+        w = fake_quant(w, cfg.grid, cfg.channel_axes)
+    return w
+
+
+def _quantizer(node: Node, names: _Names, suffix: str) -> ActivationFakeQuant:
+    grid = node.quant.activation.grid
+    return ActivationFakeQuant(
+        scale=grid.scale,
+        zero_point=grid.zero_point,
+        qmin=grid.qmin,
+        qmax=grid.qmax,
+        node_name=node.name,
+        channel_axis=node.channel_axis if node.channel_axis is not None else -1,
+        name=names.take(f"{node.name}_activation_quant{suffix}"),
+    )

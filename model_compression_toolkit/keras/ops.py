@@ -1,0 +1,240 @@
+"""Tables from Keras layers and ``keras.ops`` operations to the neutral `OpKind`.
+
+``Conv2D -> OpKind.CONV``, ``keras.ops.add -> OpKind.ADD``, anything else ->
+``OpKind.UNKNOWN``. Layers are matched by their exact public class (a user subclass of
+``Conv2D`` may compute something else, so it is unknown); ``keras.ops`` calls, whose
+classes are not public, by class name within the ``keras`` package.
+
+Also here: the neutral names and quantization axes of each layer's weights, and the
+layer attributes worth showing.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+import keras
+import numpy as np
+
+from model_compression_toolkit.core.graph import OpKind
+
+K = OpKind
+_LAYERS: dict[str, OpKind] = {
+    **dict.fromkeys(
+        [
+            "Conv1D",
+            "Conv2D",
+            "Conv3D",
+            "DepthwiseConv1D",
+            "DepthwiseConv2D",
+            "SeparableConv1D",
+            "SeparableConv2D",
+        ],
+        K.CONV,
+    ),
+    **dict.fromkeys(["Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose"], K.CONV_TRANSPOSE),
+    "Dense": K.DENSE,
+    "BatchNormalization": K.BATCH_NORM,
+    "LayerNormalization": K.LAYER_NORM,
+    **dict.fromkeys(["Rescaling", "Normalization"], K.NORMALIZATION),
+    **dict.fromkeys(["ReLU", "LeakyReLU", "Activation", "ELU", "PReLU"], K.ACTIVATION),
+    "Softmax": K.SOFTMAX,
+    "Add": K.ADD,
+    "Subtract": K.SUB,
+    "Multiply": K.MUL,
+    "Concatenate": K.CONCAT,
+    **dict.fromkeys(["Average", "Maximum", "Minimum"], K.ELEMENTWISE),
+    **dict.fromkeys(
+        [
+            f"{kind}Pooling{d}D"
+            for kind in ("Max", "Average", "GlobalAverage", "GlobalMax")
+            for d in (1, 2, 3)
+        ],
+        K.POOL,
+    ),
+    **dict.fromkeys([f"{kind}{d}D" for kind in ("ZeroPadding", "Cropping") for d in (1, 2, 3)], K.PAD),
+    **dict.fromkeys(["Reshape", "Flatten", "Permute"], K.RESHAPE),
+    **dict.fromkeys(["UpSampling1D", "UpSampling2D", "UpSampling3D", "Resizing"], K.RESIZE),
+    **dict.fromkeys(
+        [
+            "Dropout",
+            "SpatialDropout1D",
+            "SpatialDropout2D",
+            "SpatialDropout3D",
+            "GaussianDropout",
+            "GaussianNoise",
+            "AlphaDropout",
+        ],
+        K.DROPOUT,
+    ),
+    "Identity": K.IDENTITY,
+    "InputLayer": K.INPUT,
+}
+
+# keras.ops operation classes (keras.ops.relu(x) is an operation named Relu)
+_OP_ACTIVATIONS = frozenset(
+    {
+        "Relu",
+        "Relu6",
+        "Sigmoid",
+        "Softplus",
+        "Softsign",
+        "Silu",
+        "LeakyRelu",
+        "HardSigmoid",
+        "HardSilu",
+        "Elu",
+        "Selu",
+        "Gelu",
+        "Celu",
+        "Tanh",
+        "LogSigmoid",
+        "HardTanh",
+        "Swish",
+        "HardSwish",
+    }
+)
+_OPS: dict[str, OpKind] = {
+    **dict.fromkeys(_OP_ACTIVATIONS, K.ACTIVATION),
+    "Softmax": K.SOFTMAX,
+    "Add": K.ADD,
+    "Subtract": K.SUB,
+    "Multiply": K.MUL,
+    **dict.fromkeys(["Maximum", "Minimum", "Divide", "TrueDivide"], K.ELEMENTWISE),
+    "Concatenate": K.CONCAT,
+    "Mean": K.MEAN,
+    **dict.fromkeys(["Reshape", "Transpose", "ExpandDims", "Squeeze"], K.RESHAPE),
+}
+
+# a layer's variable name -> neutral weight name
+_DEPTHWISE = {"depthwise_kernel": "kernel"}
+_SEPARABLE = {"pointwise_kernel": "kernel", "depthwise_kernel": "depthwise_kernel"}
+_WEIGHT_NAMES: dict[str, dict[str, str]] = {
+    "DepthwiseConv1D": _DEPTHWISE,
+    "DepthwiseConv2D": _DEPTHWISE,
+    "SeparableConv1D": _SEPARABLE,
+    "SeparableConv2D": _SEPARABLE,
+    "BatchNormalization": {"moving_mean": "mean", "moving_variance": "variance"},
+}
+
+_SKIPPED_ATTRS = frozenset({"name", "trainable", "dtype", "seed", "batch_shape", "sparse", "ragged"})
+_SKIPPED_SUFFIXES = ("_initializer", "_regularizer", "_constraint")
+
+
+@cache
+def _layer_kinds() -> dict[type, OpKind]:
+    return {getattr(keras.layers, n): kind for n, kind in _LAYERS.items() if hasattr(keras.layers, n)}
+
+
+def is_layer(op: Any) -> bool:
+    return isinstance(op, keras.layers.Layer)
+
+
+def snake_case(name: str) -> str:
+    """``LeakyRelu -> leaky_relu``, ``Relu6 -> relu6``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def kind_of(op: Any) -> OpKind:
+    """The neutral kind of a layer or a ``keras.ops`` operation."""
+    if is_layer(op):
+        return _layer_kinds().get(type(op), K.UNKNOWN)
+    if type(op).__module__.startswith("keras."):
+        return _OPS.get(type(op).__name__, K.UNKNOWN)
+    return K.UNKNOWN
+
+
+def layer_type(op: Any) -> str:
+    """``Conv2D`` for layers, ``add`` for ``keras.ops.add``."""
+    return type(op).__name__ if is_layer(op) else snake_case(type(op).__name__)
+
+
+def activation_function(op: Any, config: dict) -> str | None:
+    """The name of the non-linearity an ACTIVATION node computes."""
+    name = type(op).__name__
+    if not is_layer(op):
+        return snake_case(name)
+    if name == "ReLU":
+        if config.get("negative_slope"):
+            return "leaky_relu"
+        return "relu6" if config.get("max_value") == 6 and not config.get("threshold") else "relu"
+    if name == "Activation":
+        return _activation_name(config.get("activation"))
+    return {"LeakyReLU": "leaky_relu", "ELU": "elu", "PReLU": "prelu"}.get(name)
+
+
+def fused_activation(config: dict) -> str | None:
+    """The non-linearity a layer applies itself (``Conv2D(activation="relu")``), or None."""
+    if "activation" not in config:
+        return None
+    name = _activation_name(config["activation"])
+    return None if name in (None, "linear") else name
+
+
+def _activation_name(act: Any) -> str | None:
+    if act is None or isinstance(act, str):
+        return act
+    if isinstance(act, dict):  # a serialized function or class
+        inner = act.get("config")
+        return str(inner if isinstance(inner, str) else act.get("class_name"))
+    return getattr(act, "__name__", type(act).__name__)
+
+
+def weight_names(layer: Any) -> list[str]:
+    """Neutral, unique names of ``layer.weights`` in their order (``kernel``, ``bias``, ...)."""
+    table = _WEIGHT_NAMES.get(type(layer).__name__, {}) if kind_of(layer) != K.UNKNOWN else {}
+    names: list[str] = []
+    for i, var in enumerate(getattr(layer, "weights", [])):
+        name = table.get(var.name, var.name)
+        names.append(name if name not in names else f"{name}_{i}")
+    return names
+
+
+def kernel_axes(kind: OpKind, class_name: str, weights: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    """Output-channel axes of the quantizable weights, non-negative.
+
+    Conv (kh, kw, in, out): (3,); depthwise (kh, kw, in, mult): (2, 3);
+    transpose (kh, kw, out, in): (2,); Dense (in, out): (1,).
+    """
+    kernel = weights.get("kernel")
+    if kind not in (K.CONV, K.CONV_TRANSPOSE, K.DENSE) or kernel is None:
+        return {}
+    nd = kernel.ndim
+    if class_name.startswith("Depthwise"):
+        return {"kernel": (nd - 2, nd - 1)}
+    if kind == K.CONV_TRANSPOSE:
+        return {"kernel": (nd - 2,)}
+    axes = {"kernel": (nd - 1,)}
+    if class_name.startswith("Separable") and "depthwise_kernel" in weights:
+        dk = weights["depthwise_kernel"].ndim
+        axes = {"depthwise_kernel": (dk - 2, dk - 1), **axes}
+    return axes
+
+
+def plain_attrs(config: dict) -> dict[str, Any]:
+    """The config entries worth showing, as plain values (lists become tuples)."""
+    attrs: dict[str, Any] = {}
+    for key, value in config.items():
+        if key in _SKIPPED_ATTRS or key.endswith(_SKIPPED_SUFFIXES):
+            continue
+        plain = _plain(value)
+        if plain is not None:
+            attrs[key] = plain
+    return attrs
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float, str)) for v in value):
+        return tuple(value)
+    return None
+
+
+def channel_axis(shape: tuple, config: dict) -> int | None:
+    """-1 for channels-last tensors of rank >= 2, 1 for ``data_format="channels_first"`` layers."""
+    if len(shape) < 2:
+        return None
+    return 1 if config.get("data_format") == "channels_first" else -1

@@ -1,0 +1,310 @@
+"""Read a Functional or Sequential ``keras.Model`` into the neutral `Graph`.
+
+``model -> get_config() (layers, inbound nodes) -> one Node per layer call -> shapes from
+compute_output_spec(sample shapes) -> Graph``
+
+Each call of a layer is one node (a shared layer ``d`` gives ``d``, ``d_1``, ...); a
+Functional or Sequential model called inside the model is flattened into its layers,
+named after it (``inner/conv1``). A node's inputs are the Keras tensors in its call
+arguments, flattened in order; ``node.payload`` keeps the layer class, its config and the
+call arguments with each input replaced by a `Slot`, which is all the builder needs.
+The user's model is only read (an unbuilt Sequential model is built on the sample shape).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import numpy as np
+
+from model_compression_toolkit.core.graph import Graph, Node, OpKind
+from model_compression_toolkit.errors import InputMismatchError, ModelReadError
+from model_compression_toolkit.keras import ops
+from model_compression_toolkit.keras.builder import Slot, fill, make_layer
+
+Source = tuple[str, int]  # (graph node, output index)
+_HOW_TO = (
+    "Expected a Functional or Sequential model (Functional or Sequential models nested in them "
+    "are supported too). Wrap it into a functional model whose layers are its layers: "
+    "inputs = keras.Input(shape); functional = keras.Model(inputs, model.call(inputs)); "
+    "or write it with the functional API."
+)
+
+
+def read(model: Any, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, list[str]]:
+    """Read ``model`` into a validated Graph and the warnings for layers kept in float."""
+    view, config = functional_config(model, sample_inputs)
+    check_inputs(view.inputs, sample_inputs)
+    graph = Graph(model.name, "keras")
+    reader = _Reader(graph)
+    graph.outputs = reader.expand(view, config, "", None)
+    reader.infer_shapes(sample_inputs)
+    warnings = [
+        f"{n.name}: {n.layer_type} is not supported; kept in float and passed through unchanged"
+        for n in graph.nodes()
+        if n.kind == OpKind.UNKNOWN
+    ]
+    graph.validate()
+    return graph, warnings
+
+
+def is_functional(obj: Any) -> bool:
+    return any(c.__name__ == "Functional" for c in type(obj).__mro__)
+
+
+def functional_config(model: Any, sample_inputs: Sequence[np.ndarray] = ()) -> tuple[Any, dict]:
+    """A Functional model with ``model``'s graph, and its config (layers and inbound nodes).
+
+    A Sequential model or a subclass of Functional is viewed as ``keras.Model(inputs,
+    outputs)``, which shares its layers and leaves them as they are.
+    """
+    if isinstance(model, keras.Sequential):
+        if not model.built and len(sample_inputs) == 1:
+            model.build((None, *np.shape(sample_inputs[0])[1:]))
+        try:
+            view = keras.Model(model.inputs, model.outputs, name=model.name)
+        except (AttributeError, ValueError) as e:
+            raise ModelReadError(
+                f"expected a Sequential model with known inputs; {model.name!r} has none ({e}). "
+                "Give it a keras.Input as first layer or call model.build(input_shape)."
+            ) from e
+    elif is_functional(model):
+        view = model
+    else:
+        raise ModelReadError(f"got {model.name!r}, a subclassed {type(model).__name__}. {_HOW_TO}")
+    try:
+        config = view.get_config()
+    except Exception as e:
+        raise ModelReadError(_config_problem(view, e)) from e
+    if "input_layers" not in config:  # a Functional subclass with its own constructor
+        view = keras.Model(view.inputs, view.outputs, name=view.name)
+        config = view.get_config()
+    return view, config
+
+
+def _config_problem(view: Any, error: Exception) -> str:
+    for op in view.operations:
+        try:
+            op.get_config()
+        except Exception as e:
+            return (
+                f"expected every layer to return its constructor arguments from get_config(); "
+                f"layer {op.name!r} ({type(op).__name__}) raised {type(e).__name__}: {e}. "
+                f"Implement get_config() in {type(op).__name__}."
+            )
+    return f"expected the model's get_config() to work; it raised {type(error).__name__}: {error}"
+
+
+def check_inputs(expected: Sequence[Any], sample_inputs: Sequence[np.ndarray]) -> None:
+    """Raise InputMismatchError unless the sample batch fits the model's inputs."""
+    if len(sample_inputs) != len(expected):
+        raise InputMismatchError(
+            f"expected {len(expected)} input(s) for the model; got {len(sample_inputs)} "
+            f"with shapes {[np.shape(x) for x in sample_inputs]}. Give one array per model input."
+        )
+    for i, (x, tensor) in enumerate(zip(sample_inputs, expected)):
+        got, want = tuple(np.shape(x)), (None, *tuple(tensor.shape)[1:])  # any batch size
+        if _fits(got, want):
+            continue
+        if len(got) >= 3 and _fits((got[0], *got[2:], got[1]), want):
+            order = (0, *range(2, len(got)), 1)
+            raise InputMismatchError(
+                f"input {i}: expected a channels-last batch of shape {want}; got {got}, which is "
+                f"channels-first. Transpose it to channels-last with np.transpose(x, {order})."
+            )
+        raise InputMismatchError(
+            f"input {i}: expected a batch of shape {want} (None: any size); got {got}. "
+            "Give batches of the shape the model was built for."
+        )
+
+
+def _fits(got: tuple, want: tuple) -> bool:
+    return len(got) == len(want) and all(w is None or w == g for g, w in zip(got, want))
+
+
+def template(value: Any, refs: list[dict]) -> Any:
+    """Serialized call arguments with each ``__keras_tensor__`` replaced by a `Slot`."""
+    if isinstance(value, dict):
+        if value.get("class_name") == "__keras_tensor__":
+            refs.append(value["config"])
+            return Slot(len(refs) - 1)
+        if "class_name" in value and "config" in value:
+            return keras.saving.deserialize_keras_object(value)
+        return {k: template(v, refs) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(template(v, refs) for v in value)
+    return value
+
+
+class _Reader:
+    """Turns the layer calls of a functional config (and of nested models) into nodes."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.objects: dict[str, Any] = {}  # node -> the user's layer, for shapes only
+        self.declared: dict[Source, tuple] = {}  # shapes written in the config
+
+    def _unique(self, name: str) -> str:
+        base, k = name, 1
+        while name in self.graph:
+            name, k = f"{base}_{k}", k + 1
+        return name
+
+    def expand(self, view: Any, config: dict, prefix: str, bound: list[Source] | None) -> list[Source]:
+        """Add the nodes of one functional ``view``; return its outputs.
+
+        ``bound``: the sources its inputs are bound to (a nested model), or None (the top
+        model, whose inputs become INPUT nodes).
+        """
+        objects = {op.name: op for op in view.operations}
+        calls: dict[tuple[str, int], str | list[Source]] = {}
+        for i, (name, _, _) in enumerate(_refs(config["input_layers"])):
+            if bound is None:
+                node = self._input_node(objects[name], prefix + name)
+                self.graph.inputs.append(node)
+                calls[(name, 0)] = node
+            else:
+                calls[(name, 0)] = [bound[i]]
+        pending = [
+            (layer, k, data)
+            for layer in config["layers"]
+            if layer["class_name"] != "InputLayer"
+            for k, data in enumerate(layer["inbound_nodes"])
+        ]
+        while pending:
+            left = []
+            for layer, k, data in pending:
+                refs: list[dict] = []
+                args = template(data.get("args", []), refs)
+                n_args = len(refs)  # a nested model's inputs: the tensors in its positional arguments
+                kwargs = template(data.get("kwargs", {}), refs)
+                keys = [(r["keras_history"][0], r["keras_history"][1]) for r in refs]
+                if not all(key in calls for key in keys):
+                    left.append((layer, k, data))
+                    continue
+                sources = [_resolve(calls, r["keras_history"]) for r in refs]
+                for src, ref in zip(sources, refs):
+                    self.declared.setdefault(src, tuple(ref["shape"]))
+                op, name = objects[layer["name"]], layer["name"] if k == 0 else f"{layer['name']}_{k}"
+                if isinstance(op, keras.Model):
+                    inner_view, inner_config = functional_config(op)
+                    calls[(layer["name"], k)] = self.expand(
+                        inner_view, inner_config, self._unique(prefix + name) + "/", sources[:n_args]
+                    )
+                else:
+                    calls[(layer["name"], k)] = self._call_node(
+                        op, layer, prefix + name, args, kwargs, sources
+                    )
+            if len(left) == len(pending):
+                raise ModelReadError(
+                    f"expected every layer call of {view.name!r} to have its inputs in the model; "
+                    f"{[layer['name'] for layer, _, _ in left]} do not. Please report this model."
+                )
+            pending = left
+        outputs = []
+        for ref in _refs(config["output_layers"]):
+            name, k, t = ref
+            k = k - 1 if is_functional(objects[name]) else k  # Functional models count their own node
+            outputs.append(_resolve(calls, (name, k, t)))
+        for src, tensor in zip(outputs, keras.tree.flatten(view.outputs)):
+            self.declared.setdefault(src, tuple(tensor.shape))
+        return outputs
+
+    def _input_node(self, layer: Any, name: str) -> str:
+        config = layer.get_config()
+        shape = tuple(config.get("batch_shape") or (None, *layer.output.shape[1:]))
+        node = Node(
+            name=self._unique(name),
+            kind=OpKind.INPUT,
+            layer_type="InputLayer",
+            attrs={"dtype": str(config.get("dtype", "float32"))},
+            payload={"batch_shape": shape, "dtype": config.get("dtype", "float32")},
+        )
+        self.graph.add_node(node)
+        self.objects[node.name] = layer
+        return node.name
+
+    def _call_node(
+        self, op: Any, layer: dict, name: str, args: Any, kwargs: Any, sources: list[Source]
+    ) -> str:
+        config = copy.deepcopy(layer["config"])
+        kind, class_name = ops.kind_of(op), type(op).__name__
+        weights = {}
+        if ops.is_layer(op):
+            weights = {k: np.array(v, copy=True) for k, v in zip(ops.weight_names(op), op.get_weights())}
+        if kind == OpKind.UNKNOWN:  # kept as it is, so it must be rebuildable from its config
+            make_layer(type(op), config, op.name)
+        attrs = ops.plain_attrs(config)
+        if kind == OpKind.ACTIVATION:
+            attrs["function"] = ops.activation_function(op, config)
+        if kind in (OpKind.BATCH_NORM, OpKind.LAYER_NORM):
+            _fill_affine(weights)
+        node = Node(
+            name=self._unique(name),
+            kind=kind,
+            layer_type=ops.layer_type(op),
+            attrs=attrs,
+            weights=weights,
+            kernel_axes=ops.kernel_axes(kind, class_name, weights),
+            fused_activation=None
+            if kind in (OpKind.ACTIVATION, OpKind.SOFTMAX)
+            else ops.fused_activation(config),
+            payload={"class": type(op), "config": config, "args": args, "kwargs": kwargs},
+        )
+        self.graph.add_node(node)
+        for i, (src, index) in enumerate(sources):
+            self.graph.add_edge(src, node.name, index, i)
+        self.objects[node.name] = op
+        return node.name
+
+    def infer_shapes(self, sample_inputs: Sequence[np.ndarray]) -> None:
+        """Set input/output shapes for the sample's shapes (batch as None), node by node."""
+        specs: dict[str, list[Any]] = {}
+        samples = dict(zip(self.graph.inputs, sample_inputs))
+        for node in self.graph.nodes():
+            inputs = [specs[e.src][e.src_index] for e in self.graph.in_edges(node.name)]
+            if node.kind == OpKind.INPUT:
+                outs = [keras.KerasTensor((None, *np.shape(samples[node.name])[1:]), node.payload["dtype"])]
+            else:
+                outs = self._output_spec(node, inputs)
+            specs[node.name] = outs
+            node.input_shapes = [tuple(t.shape) for t in inputs]
+            node.output_shapes = [tuple(t.shape) for t in outs]
+            if node.output_shapes:
+                node.channel_axis = ops.channel_axis(node.output_shapes[0], node.payload.get("config", {}))
+
+    def _output_spec(self, node: Node, inputs: list[Any]) -> list[Any]:
+        payload = node.payload
+        try:
+            out = self.objects[node.name].compute_output_spec(
+                *fill(payload["args"], inputs), **fill(payload["kwargs"], inputs)
+            )
+            return [t for t in keras.tree.flatten(out) if isinstance(t, keras.KerasTensor)]
+        except Exception:  # a layer that cannot say: fall back on the shapes in the config
+            count = 1 + max((i for (n, i) in self.declared if n == node.name), default=0)
+            return [keras.KerasTensor(self.declared.get((node.name, i), (None,))) for i in range(count)]
+
+
+def _refs(value: Any) -> list[tuple]:
+    """The ``[name, node, tensor]`` leaves of a nested input/output structure, in order."""
+    if isinstance(value, (list, tuple)) and len(value) == 3 and isinstance(value[0], str):
+        return [tuple(value)]
+    items = value.values() if isinstance(value, dict) else value
+    return [ref for v in items for ref in _refs(v)]
+
+
+def _resolve(calls: dict, history: Sequence) -> Source:
+    name, k, t = history
+    produced = calls[(name, k)]
+    return (produced, t) if isinstance(produced, str) else produced[t]
+
+
+def _fill_affine(weights: dict[str, np.ndarray]) -> None:
+    """Give a normalization without ``scale``/``center`` its neutral gamma (ones) / beta (zeros)."""
+    like = next((weights[k] for k in ("variance", "gamma", "beta") if k in weights), None)
+    if like is not None:
+        weights.setdefault("gamma", np.ones_like(like))
+        weights.setdefault("beta", np.zeros_like(like))

@@ -1,0 +1,84 @@
+"""The PyTorch backend: torch.fx reads the model, a GraphModule is built back.
+
+``nn.Module --read--> Graph --build--> fx.GraphModule``; `run` feeds numpy batches in
+and gives numpy arrays out. Nothing here changes the user's model.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from model_compression_toolkit.core.graph import Graph
+from model_compression_toolkit.pytorch import builder, ops, reader
+
+
+class PytorchBackend:
+    """`core.backend.Backend` for ``torch.nn.Module`` models (NCHW: channels first)."""
+
+    name = "pytorch"
+    channels_last = False
+
+    def model_name(self, model: nn.Module) -> str:
+        return type(model).__name__
+
+    def input_count(self, model: nn.Module) -> int | None:
+        """Positional parameters of ``forward`` without a default; None if it takes ``*args``."""
+        try:
+            params = inspect.signature(model.forward).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        if any(p.kind == p.VAR_POSITIONAL for p in params):
+            return None
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        return sum(1 for p in params if p.kind in positional and p.default is p.empty)
+
+    def expected_input_shapes(self, model: nn.Module) -> list[tuple | None] | None:
+        return None  # a torch module does not declare its input shapes
+
+    def is_tensor(self, value: Any) -> bool:
+        return isinstance(value, torch.Tensor)
+
+    def to_numpy(self, value: Any) -> np.ndarray:
+        return ops.to_numpy(value)
+
+    def read(self, model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, list[str]]:
+        return reader.read(model, sample_inputs)
+
+    def build(self, graph: Graph, quantized: bool, extra_outputs: Sequence[str] = ()) -> nn.Module:
+        return builder.build(graph, quantized, extra_outputs)
+
+    def run(self, model: nn.Module, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run in inference mode; the outputs flattened (tuples, lists, dict values) to numpy.
+
+        A built model is put in eval mode; a user's model in training mode is run as an
+        eval-mode copy, so its training flag is never changed.
+        """
+        if model.training:
+            if getattr(model, "meta", {}).get(builder.BUILT_MARK):
+                model.eval()
+            else:
+                model = copy.deepcopy(model).eval()
+        device = next((t.device for t in (*model.parameters(), *model.buffers())), torch.device("cpu"))
+        with torch.no_grad():
+            result = model(*(ops.as_tensor(x, device) for x in inputs))
+        flat: list[np.ndarray] = []
+        _flatten(result, flat)
+        return flat
+
+
+def _flatten(value: Any, out: list[np.ndarray]) -> None:
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            _flatten(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _flatten(v, out)
+    elif value is not None:
+        out.append(ops.to_numpy(value))

@@ -1,0 +1,230 @@
+"""Build a ``torch.fx.GraphModule`` back from the neutral `Graph`.
+
+Float mode calls each node's module / function again with the graph's weights::
+
+    prev -> node -> next
+
+Quantized mode fake-quantizes the weights that have a grid and inserts an activation
+quantizer, named after its node, after each node whose activation has a grid::
+
+    prev -> node(q(kernel)) -> node_activation_quant -> next
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import fx, nn
+
+from model_compression_toolkit.core.graph import Graph, Node, OpKind
+from model_compression_toolkit.core.quant_config import QuantGrid
+from model_compression_toolkit.core.quantizers import fake_quant
+from model_compression_toolkit.errors import GraphValidationError, LayerSelectionError
+from model_compression_toolkit.pytorch import ops
+from model_compression_toolkit.pytorch.ops import Ref, map_structure
+from model_compression_toolkit.pytorch.reader import OUTPUTS_META
+
+BUILT_MARK = "model_compression_toolkit_built"  # key in GraphModule.meta of the models built here
+
+
+class ActivationFakeQuant(nn.Module):
+    """``x -> (clamp(round(x / scale) + zero_point, qmin, qmax) - zero_point) * scale``.
+
+    Computed in the precision of the grid (float64 for numpy grids), as
+    `core.quantizers.fake_quant` does, and returned in x's dtype.
+
+    Args:
+        grid: scalars, or one entry per channel along ``channel_axis``.
+        node_name: the graph node whose output this quantizes.
+        channel_axis / ndim: where a per-channel grid's entries run, in a tensor of ndim dims.
+    """
+
+    def __init__(self, grid: QuantGrid, node_name: str, channel_axis: int | None = None, ndim: int = 0):
+        super().__init__()
+        self.node_name = node_name
+        self.qmin, self.qmax = int(grid.qmin), int(grid.qmax)
+        scale, zero_point = np.asarray(grid.scale), np.asarray(grid.zero_point)
+        dtype = np.result_type(scale.dtype, zero_point.dtype, np.float32)
+        if scale.size > 1:
+            if channel_axis is None or ndim == 0:
+                raise GraphValidationError(
+                    f"{node_name!r}: a per-channel activation grid ({scale.size} scales) needs a "
+                    "channel axis; got none. Quantize this activation per tensor."
+                )
+            shape = [1] * ndim
+            shape[channel_axis % ndim] = -1
+            scale, zero_point = scale.reshape(shape), np.broadcast_to(zero_point, scale.shape).reshape(shape)
+        self.register_buffer("scale", torch.tensor(scale.astype(dtype)))
+        self.register_buffer("zero_point", torch.tensor(zero_point.astype(dtype)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.to(self.scale.dtype)
+        q = torch.clamp(torch.round(y / self.scale) + self.zero_point, self.qmin, self.qmax)
+        return ((q - self.zero_point) * self.scale).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"node={self.node_name!r}, qmin={self.qmin}, qmax={self.qmax}"
+
+
+class _Targets:
+    """Unique attribute paths in the built module: dotted paths must not cross a leaf."""
+
+    _RESERVED = frozenset(dir(fx.GraphModule)) | {"training", "graph", "code", "meta"}
+
+    def __init__(self) -> None:
+        self.leaves: set[str] = set()
+        self.containers: set[str] = set()
+
+    def claim(self, wanted: str) -> str:
+        flat, k = wanted.replace(".", "_"), 1
+        candidate = wanted
+        while not self._free(candidate):
+            candidate, k = f"{flat}_{k}", k + 1
+        parts = candidate.split(".")
+        self.containers.update(".".join(parts[:i]) for i in range(1, len(parts)))
+        self.leaves.add(candidate)
+        return candidate
+
+    def _free(self, path: str) -> bool:
+        parts = path.split(".")
+        prefixes = {".".join(parts[:i]) for i in range(1, len(parts))}
+        return (
+            parts[0] not in self._RESERVED
+            and all(parts)
+            and path not in self.leaves
+            and path not in self.containers
+            and not prefixes & self.leaves
+        )
+
+
+def build(graph: Graph, quantized: bool, extra_outputs: Sequence[str] = ()) -> fx.GraphModule:
+    """A model computing ``graph`` (see the module docstring), in eval mode on the CPU.
+
+    Returns:
+        A GraphModule taking the original inputs. Without ``extra_outputs`` it returns the
+        original output structure; with them, a flat tuple: the graph outputs, then the
+        outputs of the ``extra_outputs`` nodes (after their quantizer when quantized).
+    """
+    missing = [name for name in extra_outputs if name not in graph]
+    if missing:
+        raise LayerSelectionError(
+            f"expected names of nodes of graph {graph.name!r} as extra outputs; got unknown {missing}. "
+            "Use the node names of the graph (module paths such as 'layer1.0.conv1')."
+        )
+    fx_graph, root, targets = fx.Graph(), {}, _Targets()
+    values: dict[str, fx.Node] = {}
+    for name in graph.inputs:
+        payload = graph.node(name).payload or {}
+        default = payload["args"][0] if payload.get("args") else inspect.Signature.empty
+        values[name] = fx_graph.placeholder(payload.get("target", name), default_value=default)
+    for node in graph.nodes():
+        if node.name in values:
+            continue
+        inputs = [values[e.src] for e in graph.in_edges(node.name)]
+        out = _emit(fx_graph, node, inputs, root, targets, quantized)
+        act = node.quant.activation
+        if quantized and act is not None and act.grid is not None:
+            ndim = len(node.output_shapes[0]) if node.output_shapes else 0
+            target = targets.claim(f"{node.name.replace('.', '_')}_activation_quant")
+            root[target] = ActivationFakeQuant(act.grid, node.name, node.channel_axis, ndim)
+            out = fx_graph.call_module(target, (out,))
+        values[node.name] = out
+    outputs = [values[name] for name, _ in graph.outputs]
+    template = graph.meta.get(OUTPUTS_META)
+    if extra_outputs:
+        result: Any = tuple(outputs) + tuple(values[name] for name in extra_outputs)
+    elif template is not None:
+        result = map_structure(template, lambda leaf: outputs[leaf.index] if isinstance(leaf, Ref) else leaf)
+    else:
+        result = outputs[0] if len(outputs) == 1 else tuple(outputs)
+    fx_graph.output(result)
+    model = fx.GraphModule(root, fx_graph, class_name=graph.name)
+    model.meta[BUILT_MARK] = True
+    model = model.cpu().eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def _emit(
+    fx_graph: fx.Graph, node: Node, inputs: list[fx.Node], root: dict, targets: _Targets, quantized: bool
+) -> fx.Node:
+    """Add the fx node computing ``node`` from ``inputs``."""
+    payload = node.payload
+    if payload is None:
+        if node.kind in (OpKind.IDENTITY, OpKind.DROPOUT) and len(inputs) == 1:
+            return inputs[0]
+        raise GraphValidationError(
+            f"expected every {node.kind.value} node to carry what the PyTorch backend read; "
+            f"{node.name!r} has no payload. This is a bug in the library: please report it."
+        )
+    args, kwargs = map_structure(
+        (payload["args"], payload["kwargs"]),
+        lambda leaf: inputs[leaf.index] if isinstance(leaf, Ref) else leaf,
+    )
+    op, target = payload["op"], payload["target"]
+    if op == "call_module":
+        module = copy.deepcopy(payload["module"])
+        _load_weights(module, node, quantized)
+        if getattr(module, "inplace", None) is True:
+            module.inplace = False
+        target = targets.claim(node.name)
+        root[target] = module
+    elif op == "get_attr":
+        target = targets.claim(node.name.replace(".", "_"))
+        value = _weight(node, "value", quantized) if "value" in node.weights else payload.get("value")
+        root[target] = torch.tensor(value) if isinstance(value, np.ndarray) else value
+    elif op == "call_function":
+        target = ops.OUT_OF_PLACE_FUNCTIONS.get(target, target) if _hashable(target) else target
+        if kwargs.get("inplace") is True:
+            kwargs["inplace"] = False
+    elif op == "call_method":
+        target = ops.out_of_place_method(target)
+    return fx_graph.create_node(op, target, tuple(args), kwargs, name=node.name.replace(".", "_"))
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _weight(node: Node, name: str, quantized: bool) -> np.ndarray:
+    """The node's weight, fake-quantized on its grid in quantized mode."""
+    value = node.weights[name]
+    cfg = node.quant.weights.get(name) if quantized else None
+    if cfg is not None and cfg.grid is not None:
+        value = fake_quant(value, cfg.grid, cfg.channel_axes)
+    return value
+
+
+def _load_weights(module: nn.Module, node: Node, quantized: bool) -> None:
+    """Put the node's weights into the module: kernel -> weight, gamma -> weight, ...
+
+    A weight the module lacks (a folded batch norm's bias on a conv without one) becomes
+    a new Parameter.
+    """
+    names = ops.WEIGHT_NAMES.get(node.kind, {})
+    for wname in node.weights:
+        path = names.get(wname, wname)
+        owner_path, _, attr = path.rpartition(".")
+        owner = module.get_submodule(owner_path) if owner_path else module
+        current = getattr(owner, attr, None)
+        tensor = torch.tensor(np.asarray(_weight(node, wname, quantized)))
+        if isinstance(current, torch.Tensor):
+            tensor = tensor.to(current.dtype if tensor.is_floating_point() else tensor.dtype).to(
+                current.device
+            )
+        if attr in dict(owner.named_buffers(recurse=False)):
+            setattr(owner, attr, tensor)
+        else:
+            setattr(owner, attr, nn.Parameter(tensor, requires_grad=False))
+    if node.kind in (OpKind.BATCH_NORM, OpKind.LAYER_NORM) and "epsilon" in node.attrs:
+        module.eps = node.attrs["epsilon"]

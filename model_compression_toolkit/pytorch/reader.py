@@ -1,0 +1,293 @@
+"""Read a ``torch.nn.Module`` into the neutral `Graph` with torch.fx.
+
+``user model -> deepcopy().eval() -> fx.symbolic_trace -> ShapeProp(sample) -> Graph``
+
+One graph node per fx node: placeholders are the inputs, the fx ``output`` node becomes
+``graph.outputs`` (its nesting kept in ``graph.meta["pytorch_outputs"]``). A node's inputs
+are the fx nodes in its args/kwargs, flattened in order; ``node.payload`` keeps what the
+builder needs to call the same thing again, with each input replaced by a `Ref`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import fx, nn
+from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
+
+from model_compression_toolkit.core.graph import Graph, Node, OpKind
+from model_compression_toolkit.errors import InputMismatchError, ModelReadError
+from model_compression_toolkit.pytorch import ops
+from model_compression_toolkit.pytorch.ops import Ref, as_tensor, map_structure
+
+OUTPUTS_META = "pytorch_outputs"
+_HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called") + (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+)
+
+
+def read(model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, list[str]]:
+    """Read ``model`` into a Graph; the user's model is left as it was.
+
+    Returns:
+        The validated graph and one warning per op kept in float because it is unknown.
+    """
+    if not isinstance(model, nn.Module):
+        raise ModelReadError(f"expected a torch.nn.Module; got {type(model).__name__}")
+    gm = _trace(_private_copy(model))
+    shapes = _propagate(gm, sample_inputs, type(model).__name__)
+    graph, warnings = _to_graph(gm, shapes, type(model).__name__)
+    graph.validate()
+    return graph, warnings
+
+
+def _private_copy(model: nn.Module) -> nn.Module:
+    """A copy in eval mode without the user's hooks, so running it never calls them."""
+    try:
+        work = copy.deepcopy(model).eval()
+    except Exception as e:
+        raise ModelReadError(
+            f"expected a model that copy.deepcopy can copy; deepcopy of {type(model).__name__} failed "
+            f"with {type(e).__name__}: {e}. Make its attributes copyable (no open files or locks)."
+        ) from e
+    for module in work.modules():
+        for attr in _HOOK_DICTS:  # no public API removes hooks one does not hold handles of
+            hooks = getattr(module, attr, None)
+            if isinstance(hooks, dict):
+                hooks.clear()
+    return work
+
+
+def _trace(model: nn.Module) -> fx.GraphModule:
+    try:
+        return fx.symbolic_trace(model)
+    except Exception as e:
+        raise ModelReadError(
+            f"torch.fx could not trace {type(model).__name__}: {type(e).__name__}: {e}. Expected a "
+            "forward whose control flow does not depend on tensor values: make it static, or wrap "
+            "that part in a leaf module (a torch.fx.Tracer with is_leaf_module)."
+        ) from e
+
+
+class _ShapeProp(ShapeProp):
+    """ShapeProp that remembers the node it is running, to say where the model failed."""
+
+    current: fx.Node | None = None
+
+    def run_node(self, n: fx.Node) -> Any:
+        self.current = n
+        return super().run_node(n)
+
+
+def _run_shapes(gm: fx.GraphModule, inputs: list[torch.Tensor]) -> dict[str, list[tuple]]:
+    """Each fx node's tensor shapes (several for a tuple output, none for a non-tensor)."""
+    for n in gm.graph.nodes:
+        n.meta.pop("tensor_meta", None)
+    prop = _ShapeProp(gm)
+    try:
+        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints tracebacks
+            prop.propagate(*inputs)
+    except Exception as e:
+        cause = e.__cause__ or e
+        at = prop.current
+        where = "" if at is None else f" at {at.target if at.op == 'call_module' else at.name!r}"
+        raise RuntimeError(f"{type(cause).__name__}{where}: {cause}") from cause
+    return {n.name: _meta_shapes(n.meta.get("tensor_meta")) for n in gm.graph.nodes}
+
+
+def _meta_shapes(meta: Any) -> list[tuple]:
+    if isinstance(meta, TensorMetadata):
+        return [tuple(int(d) for d in meta.shape)]
+    if isinstance(meta, (tuple, list)):
+        return [s for m in meta for s in _meta_shapes(m)]
+    if isinstance(meta, dict):
+        return [s for m in meta.values() for s in _meta_shapes(m)]
+    return []
+
+
+def _propagate(gm: fx.GraphModule, sample: Sequence[Any], model_name: str) -> dict[str, list[tuple]]:
+    """Shapes on the sample, with None on the dims that change with the batch size."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    required = [n for n in placeholders if not n.args]
+    given = [tuple(np.shape(x)) for x in sample]
+    expected = f"{model_name}.forward({', '.join(n.target for n in placeholders)})"
+    if not len(required) <= len(given) <= len(placeholders):
+        count = f"{len(required)} to {len(placeholders)}" if placeholders != required else len(required)
+        raise InputMismatchError(
+            f"expected {count} inputs for {expected}; got {len(given)} "
+            f"of shapes {given}. Yield one array per model input from the representative data."
+        )
+    device = next((t.device for t in (*gm.parameters(), *gm.buffers())), torch.device("cpu"))
+    inputs = [as_tensor(x, device) for x in sample]
+    try:
+        real = _run_shapes(gm, inputs)
+    except RuntimeError as e:
+        raise InputMismatchError(
+            f"expected inputs that {expected} can run on; got inputs of shapes {given}, on which "
+            f"torch failed with {e}. Check the shapes the representative data yields."
+        ) from e
+    batch = next((t.shape[0] for t in inputs if t.dim() > 0), None)
+    if batch is None:
+        return real
+    alt_inputs = [
+        (t[:1] if batch > 1 else torch.cat([t, t])) if t.dim() > 0 and t.shape[0] == batch else t
+        for t in inputs
+    ]
+    try:
+        alt = _run_shapes(gm, alt_inputs)
+    except RuntimeError:  # a model fixed to one batch size: assume dim 0 is the batch
+        alt = None
+    return {name: _batch_none(shapes, alt and alt.get(name), batch) for name, shapes in real.items()}
+
+
+def _batch_none(shapes: list[tuple], alt: list[tuple] | None, batch: int) -> list[tuple]:
+    if alt is None or len(alt) != len(shapes):
+        return [(None, *s[1:]) if s and s[0] == batch else s for s in shapes]
+    return [
+        tuple(None if a != b else a for a, b in zip(s, o)) if len(s) == len(o) else s
+        for s, o in zip(shapes, alt)
+    ]
+
+
+def _node_names(gm: fx.GraphModule) -> dict[str, str]:
+    """fx node name -> graph node name: inputs keep theirs, a module's first call its path."""
+    names: dict[str, str] = {}
+    nodes = [n for n in gm.graph.nodes if n.op != "output"]
+    for n in nodes:
+        if n.op == "placeholder":
+            names[n.name] = n.name
+    used = set(names.values())
+    for n in nodes:
+        if n.op == "call_module" and n.target not in used:
+            names[n.name] = n.target
+            used.add(n.target)
+    for n in nodes:
+        if n.name not in names:
+            name, k = n.name, 1
+            while name in used:
+                name, k = f"{n.name}_{k}", k + 1
+            names[n.name] = name
+            used.add(name)
+    return names
+
+
+def _to_graph(gm: fx.GraphModule, shapes: dict[str, list[tuple]], name: str) -> tuple[Graph, list[str]]:
+    graph = Graph(name, "pytorch")
+    names = _node_names(gm)
+    modules = dict(gm.named_modules())
+    warnings: list[str] = []
+    for n in gm.graph.nodes:
+        inputs: list[fx.Node] = []
+
+        def to_ref(leaf: Any, inputs: list[fx.Node] = inputs) -> Any:
+            if isinstance(leaf, fx.Node):
+                inputs.append(leaf)
+                return Ref(len(inputs) - 1)
+            return leaf
+
+        args, kwargs = map_structure((tuple(n.args), dict(n.kwargs)), to_ref)
+        if n.op == "output":
+            graph.meta[OUTPUTS_META] = args[0]
+            graph.outputs = [(names[x.name], 0) for x in inputs]
+            continue
+        node = _make_node(n, names[n.name], args, kwargs, modules, gm)
+        node.output_shapes = shapes.get(n.name) or [()]
+        if node.kind == OpKind.CONSTANT:
+            node.output_shapes = [tuple(node.weights["value"].shape)]
+        elif n.op != "placeholder" and not shapes.get(n.name):
+            node.kind = OpKind.SHAPE  # x.size(0), x.shape: not a tensor
+        node.input_shapes = [_first_shape(graph.node(names[x.name])) for x in inputs]
+        tensor = len(node.output_shapes) == 1 and len(shapes.get(n.name) or []) == 1
+        if node.kind in (OpKind.DENSE, OpKind.LAYER_NORM) and tensor:
+            node.channel_axis = -1
+        elif tensor and len(node.output_shapes[0]) >= 2:
+            node.channel_axis = 1
+        graph.add_node(node)
+        for i, x in enumerate(inputs):
+            graph.add_edge(names[x.name], node.name, 0, i)
+        if n.op == "placeholder":
+            graph.inputs.append(node.name)
+        if node.kind == OpKind.UNKNOWN:
+            warnings.append(
+                f"{node.name!r} ({node.layer_type}) is not supported: kept in float and passed through unchanged"
+            )
+    return graph, warnings
+
+
+def _first_shape(node: Node) -> tuple:
+    return node.output_shapes[0] if len(node.output_shapes) == 1 else ()
+
+
+def _make_node(
+    n: fx.Node, name: str, args: tuple, kwargs: dict, modules: dict[str, nn.Module], gm: fx.GraphModule
+) -> Node:
+    payload = {"op": n.op, "target": n.target, "args": args, "kwargs": kwargs}
+    if n.op == "placeholder":
+        return Node(name, OpKind.INPUT, "input", payload=payload)
+    if n.op == "get_attr":
+        value = gm
+        for part in n.target.split("."):
+            value = getattr(value, part)
+        if isinstance(value, torch.Tensor):
+            return Node(name, OpKind.CONSTANT, "get_attr", weights={"value": _np(value)}, payload=payload)
+        payload["value"] = value
+        return Node(name, OpKind.UNKNOWN, "get_attr", payload=payload)
+    if n.op == "call_module":
+        return _module_node(name, modules[n.target], payload)
+    if n.op == "call_function":
+        kind, function = ops.function_entry(n.target)
+        layer_type = getattr(n.target, "__name__", str(n.target))
+    else:
+        kind, function = ops.method_entry(n.target)
+        layer_type = n.target
+    target = getattr(torch.Tensor, n.target, None) if n.op == "call_method" else n.target
+    attrs = ops.function_attrs(target, args, kwargs)
+    if function is not None:
+        attrs["function"] = function
+    return Node(name, kind, layer_type, attrs=attrs, payload=payload)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return ops.to_numpy(t).copy()
+
+
+def _module_node(name: str, module: nn.Module, payload: dict) -> Node:
+    """``Conv2d(weight, bias)`` -> CONV node with weights kernel, bias and their kernel axes."""
+    kind, function = ops.module_entry(module)
+    if kind == OpKind.BATCH_NORM and getattr(module, "running_mean", None) is None:
+        kind = OpKind.UNKNOWN  # normalises with each batch's statistics: nothing to fold
+    payload["module"] = module
+    attrs = ops.module_attrs(module)
+    if function is not None:
+        attrs["function"] = function
+    weights: dict[str, np.ndarray] = {}
+    kernel_axes: dict[str, tuple[int, ...]] = {}
+    if kind in ops.WEIGHT_NAMES:
+        for neutral, torch_name in ops.WEIGHT_NAMES[kind].items():
+            value = getattr(module, torch_name, None)
+            if value is not None:
+                weights[neutral] = _np(value)
+    else:
+        weights = {pname: _np(p) for pname, p in module.named_parameters()}
+    if kind == OpKind.BATCH_NORM:
+        weights.setdefault("gamma", np.ones(module.num_features, np.float32))
+        weights.setdefault("beta", np.zeros(module.num_features, np.float32))
+    if kind in (OpKind.BATCH_NORM, OpKind.LAYER_NORM):
+        attrs["epsilon"] = float(module.eps)
+    if kind in (OpKind.CONV, OpKind.DENSE):
+        kernel_axes = {"kernel": (0,)}
+    elif kind == OpKind.CONV_TRANSPOSE:
+        kernel_axes = {"kernel": (1,) if module.groups == 1 else ()}
+    layer_type = type(module).__name__
+    return Node(
+        name, kind, layer_type, attrs=attrs, weights=weights, kernel_axes=kernel_axes, payload=payload
+    )

@@ -1,0 +1,49 @@
+"""Similarity metrics: the conventions the report promises, and never a NaN or inf."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from model_compression_toolkit.core.metrics import SQNR_CEILING_DB, compare
+
+
+def test_identical_tensors_give_cosine_one_and_the_sqnr_ceiling():
+    x = np.random.default_rng(0).normal(size=(3, 4, 5))
+    m = compare(x, x.copy())
+    np.testing.assert_allclose(m.cosine, 1.0)
+    np.testing.assert_array_equal(m.sqnr_db, SQNR_CEILING_DB)
+    np.testing.assert_array_equal(m.mse, 0.0)
+    np.testing.assert_array_equal(m.max_abs, 0.0)
+
+
+def test_zero_tensors_follow_the_documented_conventions():
+    zero, x = np.zeros((1, 8)), np.ones((1, 8))
+    assert compare(zero, zero).cosine[0] == 1.0  # both all-zero: identical, not the worst
+    assert compare(zero, x).cosine[0] == 0.0
+    assert compare(x, zero).cosine[0] == 0.0
+    assert compare(zero, x).sqnr_db[0] == -SQNR_CEILING_DB
+
+
+def test_known_values():
+    a = np.array([[1.0, 0.0], [3.0, 4.0]])
+    b = np.array([[0.0, 1.0], [3.0, 3.0]])
+    m = compare(a, b)
+    np.testing.assert_allclose(m.cosine, [0.0, 21 / (5 * np.sqrt(18))])
+    np.testing.assert_allclose(m.mse, [1.0, 0.5])
+    np.testing.assert_allclose(m.sqnr_db, [10 * np.log10(1 / 2), 10 * np.log10(25 / 1)])
+    np.testing.assert_allclose(m.max_abs, [1.0, 1.0])
+    np.testing.assert_allclose(compare(a, -a).cosine, -1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(np.float32, (4, 6), elements=st.floats(width=32, allow_nan=True, allow_infinity=True)),
+    arrays(np.float32, (4, 6), elements=st.floats(width=32, allow_nan=True, allow_infinity=True)),
+)
+def test_metrics_are_always_finite(a, b):
+    m = compare(a, b)
+    for values in (m.cosine, m.mse, m.sqnr_db, m.max_abs):
+        assert values.shape == (4,)
+        assert np.isfinite(values).all()
+    assert (np.abs(m.cosine) <= 1).all()

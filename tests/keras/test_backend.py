@@ -1,0 +1,391 @@
+"""The Keras backend on real small models: read -> build reproduces the model, quantized
+builds match a numpy reference and survive a `.keras` round trip, the user's model is
+left untouched, and unsupported models fail with typed errors."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+keras = pytest.importorskip("keras")
+L = keras.layers
+
+from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod  # noqa: E402
+from model_compression_toolkit.core.graph import OpKind  # noqa: E402
+from model_compression_toolkit.core.preparation import fold_batch_norms, remove_no_ops  # noqa: E402
+from model_compression_toolkit.core.quant_config import (  # noqa: E402
+    ActivationQuantConfig,
+    WeightsQuantConfig,
+)
+from model_compression_toolkit.core.quantizers import fake_quant, symmetric_grid, uniform_grid  # noqa: E402
+from model_compression_toolkit.errors import InputMismatchError, ModelReadError  # noqa: E402
+from model_compression_toolkit.keras.backend import KerasBackend  # noqa: E402
+
+B = KerasBackend()
+RNG = np.random.default_rng(0)
+
+
+def randomize(model: keras.Model) -> keras.Model:
+    """Non-trivial weights everywhere (positive for variances), so that copying is tested."""
+    for layer in model.layers:
+        if layer.weights:
+            layer.set_weights(
+                [
+                    RNG.uniform(0.5, 1.5, w.shape).astype("float32")
+                    if "variance" in v.name
+                    else RNG.normal(0, 0.5, w.shape).astype("float32")
+                    for v, w in zip(layer.weights, layer.get_weights())
+                ]
+            )
+    return model
+
+
+def batch(*shape: int) -> np.ndarray:
+    return RNG.normal(size=(2, *shape)).astype("float32")
+
+
+def roundtrip(model: keras.Model, inputs: list[np.ndarray], atol: float = 1e-5):
+    """Read, build in float, and check the outputs match; return the graph and warnings."""
+    graph, warnings = B.read(model, inputs)
+    rebuilt = B.build(graph, quantized=False)
+    want, got = B.run(model, inputs), B.run(rebuilt, inputs)
+    assert len(want) == len(got)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, atol=atol, rtol=1e-5)
+    return graph, warnings
+
+
+# ------------------------------------------------------------------------ models
+def sequential_cnn(use_bias: bool = True) -> keras.Model:
+    return randomize(
+        keras.Sequential(
+            [
+                keras.Input((12, 12, 3)),
+                L.Conv2D(4, 3, use_bias=use_bias, name="conv"),
+                L.BatchNormalization(name="bn"),
+                L.ReLU(name="relu"),
+                L.MaxPooling2D(name="pool"),
+                L.Flatten(name="flatten"),
+                L.Dense(5, activation="softmax", name="fc"),
+            ],
+            name="cnn",
+        )
+    )
+
+
+def residual_model() -> keras.Model:
+    inp = keras.Input((16, 16, 3))
+    x = L.Rescaling(1 / 255.0)(inp)
+    c = L.Conv2D(8, 3, padding="same", activation="relu", name="conv")(x)
+    d = L.DepthwiseConv2D(3, padding="same", name="dw")(c)
+    s = L.SeparableConv2D(8, 3, padding="same", name="sep")(d)
+    a = L.Activation("swish")(L.Add()([c, s]))
+    lr = L.LeakyReLU(0.1)(a)
+    p = L.Cropping2D(1)(L.ZeroPadding2D(1)(lr))
+    t = L.MaxPooling2D(2)(L.Conv2DTranspose(4, 3, strides=2, padding="same", name="tconv")(p))
+    u = L.UpSampling2D(2)(L.MaxPooling2D(2)(lr))
+    cat = L.Concatenate()([t, u])
+    m = L.Multiply()([cat, cat])
+    mx = L.Maximum()([L.Average()([cat, L.Subtract()([cat, m])]), cat])
+    ln = L.LayerNormalization()(L.Dropout(0.3)(mx))
+    r = L.Permute((2, 1))(L.Reshape((3, 4))(L.GlobalAveragePooling2D()(ln)))
+    out = L.Dense(3, name="fc")(L.Flatten()(L.Conv1D(5, 2, name="conv1d")(r)))
+    return randomize(keras.Model(inp, out, name="residual"))
+
+
+def ops_model() -> keras.Model:
+    inp = keras.Input((8, 8, 3))
+    c = L.Conv2D(4, 3, padding="same", name="conv")(inp)
+    y = keras.ops.relu(c)
+    z = keras.ops.multiply(keras.ops.add(y, c), 0.5)
+    z = keras.ops.concatenate([z, keras.ops.sigmoid(c)], axis=-1)
+    return randomize(keras.Model(inp, L.GlobalAveragePooling2D()(z), name="with_ops"))
+
+
+def nested_model() -> keras.Model:
+    ii = keras.Input((8, 8, 4))
+    h = L.ReLU(name="relu")(L.BatchNormalization(name="bn")(L.Conv2D(4, 3, padding="same", name="conv1")(ii)))
+    inner = keras.Model(ii, h, name="inner")
+    inp = keras.Input((8, 8, 3))
+    x = L.Conv2D(4, 1, name="stem")(inp)
+    x = inner(inner(x))  # called twice: two copies of its layers
+    return randomize(keras.Model(inp, L.Dense(2, name="fc")(L.GlobalAveragePooling2D()(x)), name="outer"))
+
+
+def two_in_two_out() -> keras.Model:
+    a, b = keras.Input((6,), name="a"), keras.Input((4,), name="b")
+    shared = L.Dense(5, name="shared")
+    h = L.Concatenate()([shared(L.Dense(6)(b)), shared(a)])
+    return randomize(keras.Model([a, b], [L.Dense(2, name="o1")(h), L.Dense(3, name="o2")(h)], name="two"))
+
+
+@keras.saving.register_keras_serializable(package="mct_tests")
+class ChannelScale(L.Layer):
+    """A custom layer the backend does not know: kept in float, rebuilt from its config."""
+
+    def __init__(self, factor: float = 2.0, **kwargs):
+        super().__init__(**kwargs)
+        self.factor = factor
+
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1],), initializer="ones")
+
+    def call(self, x):
+        return x * self.w * self.factor
+
+    def get_config(self):
+        return {**super().get_config(), "factor": self.factor}
+
+
+def dense_model() -> keras.Model:
+    inp = keras.Input((6,))
+    h = L.ReLU(name="relu")(L.Dense(4, name="d1")(inp))
+    return randomize(keras.Model(inp, L.Dense(3, name="d2")(h), name="mlp"))
+
+
+# ------------------------------------------------------------------------ float builds
+def test_sequential_cnn_reads_kinds_and_rebuilds():
+    graph, warnings = roundtrip(sequential_cnn(), [batch(12, 12, 3)])
+    assert warnings == []
+    kinds = [n.kind for n in graph.nodes()]
+    assert kinds == [
+        OpKind.INPUT,
+        OpKind.CONV,
+        OpKind.BATCH_NORM,
+        OpKind.ACTIVATION,
+        OpKind.POOL,
+        OpKind.RESHAPE,
+        OpKind.DENSE,
+    ]
+    conv, bn, fc = graph.node("conv"), graph.node("bn"), graph.node("fc")
+    assert conv.kernel_axes == {"kernel": (3,)} and set(conv.weights) == {"kernel", "bias"}
+    assert conv.output_shapes == [(None, 10, 10, 4)] and conv.channel_axis == -1
+    assert set(bn.weights) == {"gamma", "beta", "mean", "variance"} and bn.attrs["epsilon"] == pytest.approx(
+        1e-3
+    )
+    assert fc.fused_activation == "softmax" and fc.kernel_axes == {"kernel": (1,)}
+    assert graph.node("relu").attrs["function"] == "relu"
+    assert graph.inputs == [graph.nodes()[0].name] and graph.outputs == [("fc", 0)]
+
+
+def test_residual_model_with_many_layer_types():
+    graph, warnings = roundtrip(residual_model(), [batch(16, 16, 3) * 100])
+    assert warnings == []
+    assert not graph.find([OpKind.UNKNOWN])
+    assert graph.node("dw").kernel_axes == {"kernel": (2, 3)}
+    assert graph.node("sep").kernel_axes == {"depthwise_kernel": (2, 3), "kernel": (3,)}
+    assert (
+        graph.node("tconv").kernel_axes == {"kernel": (2,)}
+        and graph.node("tconv").kind == OpKind.CONV_TRANSPOSE
+    )
+    assert graph.node("conv1d").kernel_axes == {"kernel": (2,)}
+    assert graph.node("conv").fused_activation == "relu"
+    functions = {n.attrs["function"] for n in graph.find([OpKind.ACTIVATION])}
+    assert functions == {"silu", "leaky_relu"}  # keras stores "swish" as "silu"
+    kinds = {n.kind for n in graph.nodes()}
+    assert {
+        OpKind.ADD,
+        OpKind.SUB,
+        OpKind.MUL,
+        OpKind.CONCAT,
+        OpKind.ELEMENTWISE,
+        OpKind.PAD,
+        OpKind.RESIZE,
+        OpKind.DROPOUT,
+        OpKind.NORMALIZATION,
+        OpKind.LAYER_NORM,
+        OpKind.RESHAPE,
+        OpKind.POOL,
+    } <= kinds
+    mul = graph.find([OpKind.MUL])[0]
+    assert [(e.src, e.dst_index) for e in graph.in_edges(mul.name)] == [
+        ("concatenate", 0),
+        ("concatenate", 1),
+    ]
+
+
+def test_keras_ops_calls_become_nodes():
+    graph, warnings = roundtrip(ops_model(), [batch(8, 8, 3)])
+    assert warnings == []
+    by_type = {n.layer_type: n for n in graph.nodes()}
+    assert by_type["relu"].kind == OpKind.ACTIVATION and by_type["relu"].attrs["function"] == "relu"
+    assert by_type["sigmoid"].attrs["function"] == "sigmoid"
+    assert by_type["add"].kind == OpKind.ADD and by_type["multiply"].kind == OpKind.MUL
+    assert by_type["concatenate"].kind == OpKind.CONCAT and len(graph.in_edges(by_type["add"].name)) == 2
+
+
+def test_nested_functional_model_is_flattened():
+    graph, _ = roundtrip(nested_model(), [batch(8, 8, 3)])
+    names = [n.name for n in graph.nodes()]
+    assert {"inner/conv1", "inner/bn", "inner/relu", "inner_1/conv1", "inner_1/relu"} <= set(names)
+    assert "inner" not in names
+    assert [e.src for e in graph.in_edges("inner_1/conv1")] == ["inner/relu"]
+
+
+def test_nested_sequential_and_nested_output():
+    block = keras.Sequential([keras.Input((4,)), L.Dense(4, name="d"), L.ReLU(name="r")], name="block")
+    mid_in = keras.Input((4,))
+    mid = keras.Model(mid_in, block(mid_in), name="mid")  # two levels deep
+    inp = keras.Input((4,))
+    model = randomize(keras.Model(inp, [mid(inp), L.Dense(2, name="fc")(inp)], name="top"))
+    graph, _ = roundtrip(model, [batch(4)])
+    assert graph.outputs == [("mid/block/r", 0), ("fc", 0)]
+
+
+def test_two_inputs_two_outputs_and_shared_layer():
+    model = two_in_two_out()
+    graph, _ = roundtrip(model, [batch(6), batch(4)])
+    assert graph.inputs == ["a", "b"] and graph.outputs == [("o1", 0), ("o2", 0)]
+    assert {"shared", "shared_1"} <= {n.name for n in graph.nodes()}
+    assert B.input_count(model) == 2 and B.expected_input_shapes(model) == [(None, 6), (None, 4)]
+
+
+def test_unknown_layer_is_kept_and_named_in_warnings():
+    inp = keras.Input((4, 4, 2))
+    out = ChannelScale(3.0, name="scale")(L.Conv2D(2, 1, name="conv")(inp))
+    model = randomize(keras.Model(inp, out))
+    graph, warnings = roundtrip(model, [batch(4, 4, 2)])
+    assert graph.node("scale").kind == OpKind.UNKNOWN
+    assert len(warnings) == 1 and "scale" in warnings[0] and "ChannelScale" in warnings[0]
+
+
+def test_unbuilt_sequential_is_built_on_the_sample():
+    model = keras.Sequential([L.Dense(3, name="d"), L.ReLU(name="r")])
+    roundtrip(model, [batch(5)])
+
+
+def test_folded_batch_norm_and_removed_dropout_build():
+    model = sequential_cnn(use_bias=False)
+    x = [batch(12, 12, 3)]
+    graph, _ = B.read(model, x)
+    remove_no_ops(graph)
+    fold_batch_norms(graph)
+    assert "bn" not in graph and "bias" in graph.node("conv").weights
+    np.testing.assert_allclose(B.run(B.build(graph, False), x)[0], B.run(model, x)[0], atol=1e-5)
+
+
+# ------------------------------------------------------------------------ errors
+def test_subclassed_model_is_rejected():
+    class Sub(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = L.Dense(2)
+
+        def call(self, x):
+            return self.d(x)
+
+    model, x = Sub(), batch(3)
+    model(x)
+    with pytest.raises(ModelReadError, match="Functional or Sequential.*model.call"):
+        B.read(model, [x])
+    inputs = keras.Input((3,))  # the way out the message gives
+    graph, _ = roundtrip(keras.Model(inputs, model.call(inputs)), [x])
+    assert graph.find([OpKind.DENSE])
+
+
+def test_channels_first_batch_names_both_shapes():
+    with pytest.raises(InputMismatchError, match=r"\(None, 12, 12, 3\).*\(2, 3, 12, 12\).*channels-last"):
+        B.read(sequential_cnn(), [batch(3, 12, 12)])
+    with pytest.raises(InputMismatchError, match=r"\(2, 7\)"):
+        B.read(dense_model(), [batch(7)])
+
+
+def test_user_model_is_unchanged():
+    model = nested_model()
+    model.get_layer("stem").trainable = False
+    before = [w.copy() for w in model.get_weights()]
+    config, flags = model.get_config(), [layer.trainable for layer in model.layers]
+    graph, _ = B.read(model, [batch(8, 8, 3)])
+    for node in graph.nodes():
+        for w in node.weights.values():
+            w *= 0  # the graph's arrays are its own
+    B.build(graph, quantized=False)
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+    assert model.get_config() == config and [layer.trainable for layer in model.layers] == flags
+
+
+# ------------------------------------------------------------------------ quantized builds
+def quantize_by_hand(graph):
+    """Per-channel 4-bit kernel on d1, unsigned 8-bit after relu, uniform 6-bit after d2."""
+    d1 = graph.node("d1")
+    t = np.abs(d1.weights["kernel"]).max(axis=0)
+    d1.quant.weights["kernel"] = WeightsQuantConfig(
+        4,
+        QuantizationMethod.SYMMETRIC,
+        QuantizationErrorMethod.NOCLIPPING,
+        True,
+        (1,),
+        grid=symmetric_grid(t, 4, signed=True),
+    )
+    graph.node("relu").quant.activation = ActivationQuantConfig(
+        8,
+        QuantizationMethod.SYMMETRIC,
+        QuantizationErrorMethod.NOCLIPPING,
+        grid=symmetric_grid(2.0, 8, False),
+    )
+    graph.node("d2").quant.activation = ActivationQuantConfig(
+        6, QuantizationMethod.UNIFORM, QuantizationErrorMethod.NOCLIPPING, grid=uniform_grid(-1.5, 1.0, 6)
+    )
+
+
+def np_fake_quant32(x, grid):
+    s, zp = np.float32(grid.scale), np.float32(grid.zero_point)
+    return (np.clip(np.round(x / s) + zp, grid.qmin, grid.qmax) - zp) * s
+
+
+def test_quantized_build_matches_numpy_reference():
+    model, x = dense_model(), batch(6)
+    graph, _ = B.read(model, [x])
+    quantize_by_hand(graph)
+    got = B.run(B.build(graph, quantized=True), [x])[0]
+    w1, b1 = graph.node("d1").weights["kernel"], graph.node("d1").weights["bias"]
+    w2, b2 = graph.node("d2").weights["kernel"], graph.node("d2").weights["bias"]
+    h = np.maximum(x @ fake_quant(w1, graph.node("d1").quant.weights["kernel"].grid, (1,)) + b1, 0)
+    h = np_fake_quant32(h, graph.node("relu").quant.activation.grid)
+    want = np_fake_quant32(h @ w2 + b2, graph.node("d2").quant.activation.grid)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert len(np.unique(got)) <= 64
+
+
+def test_quantized_model_saves_and_loads_bit_identical(tmp_path):
+    model, x = dense_model(), batch(6)
+    graph, _ = B.read(model, [x])
+    quantize_by_hand(graph)
+    quantized = B.build(graph, quantized=True)
+    assert "relu_activation_quant" in [layer.name for layer in quantized.layers]
+    path = tmp_path / "q.keras"
+    quantized.save(path)
+    loaded = keras.models.load_model(path)
+    assert np.array_equal(B.run(loaded, [x])[0], B.run(quantized, [x])[0])
+
+
+def test_extra_outputs_follow_graph_outputs():
+    model, x = dense_model(), batch(6)
+    graph, _ = B.read(model, [x])
+    float_outs = B.run(B.build(graph, False, extra_outputs=["relu"]), [x])
+    hidden = keras.Model(model.inputs, model.get_layer("relu").output)
+    np.testing.assert_allclose(float_outs[1], B.run(hidden, [x])[0], atol=1e-6)
+    quantize_by_hand(graph)
+    q_outs = B.run(B.build(graph, True, extra_outputs=["relu"]), [x])
+    scale = graph.node("relu").quant.activation.grid.scale
+    assert len(q_outs) == 2 and np.allclose(q_outs[1] / scale, np.round(q_outs[1] / scale), atol=1e-4)
+
+
+# ------------------------------------------------------------------------ real architectures
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["MobileNetV2", "ResNet50", "EfficientNetB0", "DenseNet121", "ConvNeXtTiny"])
+def test_applications_read_and_rebuild(name):
+    start = time.time()
+    model = getattr(keras.applications, name)(weights=None, input_shape=(32, 32, 3), classes=10)
+    x = [RNG.uniform(0, 255, (2, 32, 32, 3)).astype("float32")]
+    graph, warnings = B.read(model, x)
+    rebuilt = B.build(graph, quantized=False)
+    want, got = B.run(model, x)[0], B.run(rebuilt, x)[0]
+    np.testing.assert_allclose(got, want, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+    unknown = sorted({n.layer_type for n in graph.find([OpKind.UNKNOWN])})
+    print(f"{name}: {len(graph)} nodes, unknown layer types {unknown}, {time.time() - start:.1f}s")
+    assert len(warnings) == len(graph.find([OpKind.UNKNOWN]))

@@ -1,0 +1,423 @@
+"""The PyTorch backend on real small models: read -> build reproduces, quantizes, never mutates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod
+from model_compression_toolkit.core.graph import OpKind
+from model_compression_toolkit.core.quant_config import ActivationQuantConfig, WeightsQuantConfig
+from model_compression_toolkit.core.quantizers import fake_quant, symmetric_grid
+from model_compression_toolkit.errors import InputMismatchError, ModelReadError
+from model_compression_toolkit.pytorch.backend import PytorchBackend
+
+BACKEND = PytorchBackend()
+
+
+def _randomize_bn(model: nn.Module) -> nn.Module:
+    """Non-trivial running statistics, so a wrong batch-norm reading shows."""
+    gen = torch.Generator().manual_seed(0)
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=gen))
+            m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
+            m.weight.data.copy_(torch.randn(m.num_features, generator=gen))
+    return model.eval()
+
+
+class ConvBnRelu(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True))
+        self.head = nn.Conv2d(8, 4, 1, bias=False)
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+class Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(4)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(x + self.conv2(y))  # self.relu called twice
+
+
+class Functional(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.fc = nn.Linear(24, 5)
+
+    def forward(self, x):
+        y = F.relu(self.conv(x))
+        y = torch.cat([y, torch.sigmoid(y)], dim=1)  # N, 8, 4, 4
+        m = y.mean(dim=(2, 3))  # N, 8
+        z = y.permute(0, 2, 3, 1).transpose(1, 2).contiguous()  # N, 4, 4, 8
+        z = z[:, :2, 1, :]  # N, 2, 8
+        z = torch.flatten(z, 1)  # N, 16
+        z = torch.cat([z, m.view(x.size(0), -1), y.reshape(x.shape[0], 8, -1).mean(-1)], 1)
+        return self.fc(z[:, :24]).relu() * 2.0 - torch.mean(z)
+
+
+class Groups(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.depthwise = nn.Conv2d(4, 4, 3, groups=4, padding=1)
+        self.grouped = nn.Conv2d(4, 8, 3, groups=2, stride=2, dilation=1)
+        self.up = nn.ConvTranspose2d(8, 6, 2, stride=2)
+        self.up_grouped = nn.ConvTranspose2d(6, 4, 3, stride=1, groups=2, bias=False)
+
+    def forward(self, x):
+        return self.up_grouped(self.up(self.grouped(F.relu6(self.depthwise(x)))))
+
+
+class Conv1dBn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(3, 6, 3)
+        self.bn = nn.BatchNorm1d(6)
+        self.act = nn.LeakyReLU(0.2)
+        self.pool = nn.AdaptiveAvgPool1d(1)
+
+    def forward(self, x):
+        return self.pool(self.act(self.bn(self.conv(x)))).flatten(1)
+
+
+class Transformerish(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.norm = nn.LayerNorm(16)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(16, 8)
+        self.softmax = nn.Softmax(dim=-1)
+
+    def forward(self, x):
+        y = self.fc2(self.act(self.norm(self.fc1(x))))
+        return self.softmax(y + x), F.softmax(y, dim=1)
+
+
+class Pools(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.maxpool = nn.MaxPool2d(2)
+        self.avgpool = nn.AvgPool2d(2, stride=1)
+        self.gap = nn.AdaptiveAvgPool2d((1, 1))
+        self.flatten = nn.Flatten()
+        self.drop = nn.Dropout(0.5)
+        self.identity = nn.Identity()
+
+    def forward(self, x):
+        y = self.avgpool(self.maxpool(F.hardswish(self.conv(x))))
+        y = F.max_pool2d(y, 2) + F.avg_pool2d(y, 2)
+        return self.identity(self.drop(self.flatten(self.gap(y) * F.adaptive_avg_pool2d(y, 1))))
+
+
+class MultiOutput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.act = nn.SiLU()
+
+    def forward(self, x):
+        y = self.conv(x)
+        return {"logits": self.act(y), "aux": [torch.tanh(y), y.sub(1.0)]}, y.mean(dim=1)
+
+
+class TwoInputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.gate = nn.Linear(5, 4)
+        self.hsig = nn.Hardsigmoid()
+
+    def forward(self, image, features):
+        gate = self.hsig(self.gate(features))[:, :, None, None]
+        return torch.mul(self.conv(image), gate)
+
+
+MODELS = {
+    "conv_bn_relu": (ConvBnRelu, [(2, 3, 8, 8)]),
+    "residual": (Residual, [(2, 4, 6, 6)]),
+    "functional": (Functional, [(2, 3, 6, 6)]),
+    "groups": (Groups, [(2, 4, 8, 8)]),
+    "conv1d_bn": (Conv1dBn, [(2, 3, 10)]),
+    "transformerish": (Transformerish, [(2, 8)]),
+    "pools": (Pools, [(2, 3, 16, 16)]),
+    "multi_output": (MultiOutput, [(2, 3, 5, 5)]),
+    "two_inputs": (TwoInputs, [(2, 3, 6, 6), (2, 5)]),
+}
+
+
+def _make(key: str) -> tuple[nn.Module, list[np.ndarray]]:
+    torch.manual_seed(0)
+    cls, shapes = MODELS[key]
+    rng = np.random.default_rng(0)
+    return _randomize_bn(cls()), [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def _assert_same(expected: list[np.ndarray], got: list[np.ndarray], atol: float = 1e-5) -> None:
+    assert len(expected) == len(got)
+    for e, g in zip(expected, got):
+        np.testing.assert_allclose(g, e, atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("key", list(MODELS))
+def test_float_build_reproduces_the_model(key):
+    model, sample = _make(key)
+    graph, warnings = BACKEND.read(model, sample)
+    assert warnings == []
+    assert OpKind.UNKNOWN not in {n.kind for n in graph.nodes()}
+    built = BACKEND.build(graph, quantized=False)
+    _assert_same(BACKEND.run(model, sample), BACKEND.run(built, sample))
+    with torch.no_grad():  # same output structure as the original
+        want = model(*(torch.from_numpy(x) for x in sample))
+        got = built(*(torch.from_numpy(x) for x in sample))
+    assert type(got) is type(want)
+    if isinstance(want, tuple) and isinstance(want[0], dict):
+        assert list(got[0]) == list(want[0]) and isinstance(got[0]["aux"], list)
+    assert not built.training
+    assert all(not p.requires_grad for p in built.parameters())
+
+
+def test_graph_describes_the_layers():
+    model, sample = _make("groups")
+    graph, _ = BACKEND.read(model, sample)
+    dw, grouped, up, up_grouped = (graph.node(n) for n in ("depthwise", "grouped", "up", "up_grouped"))
+    assert dw.kind == OpKind.CONV and dw.attrs["groups"] == 4 and dw.kernel_axes == {"kernel": (0,)}
+    assert grouped.attrs["stride"] == (2, 2) and grouped.output_shapes == [(None, 8, 3, 3)]
+    assert up.kind == OpKind.CONV_TRANSPOSE and up.kernel_axes == {"kernel": (1,)}
+    assert up_grouped.kernel_axes == {"kernel": ()} and "bias" not in up_grouped.weights
+    np.testing.assert_array_equal(dw.weights["kernel"], model.depthwise.weight.detach().numpy())
+    assert graph.node("relu6").attrs["function"] == "relu6" and graph.node("relu6").kind == OpKind.ACTIVATION
+    assert graph.inputs == ["x"] and graph.node("x").output_shapes == [(None, 4, 8, 8)]
+
+    model, sample = _make("residual")
+    graph, _ = BACKEND.read(model, sample)
+    bn = graph.node("bn1")
+    assert bn.kind == OpKind.BATCH_NORM and set(bn.weights) == {"gamma", "beta", "mean", "variance"}
+    assert bn.attrs["epsilon"] == pytest.approx(1e-5)
+    np.testing.assert_array_equal(bn.weights["variance"], model.bn1.running_var.numpy())
+    # a module called twice: its path first, the fx node name after
+    assert graph.node("relu").layer_type == "ReLU" and graph.node("relu_1").layer_type == "ReLU"
+    add = graph.node("add")
+    assert add.kind == OpKind.ADD and [e.src for e in graph.in_edges("add")] == ["x", "conv2"]
+    assert graph.outputs == [("relu_1", 0)]
+
+    model, sample = _make("transformerish")
+    graph, _ = BACKEND.read(model, sample)
+    assert graph.node("norm").kind == OpKind.LAYER_NORM and graph.node("norm").channel_axis == -1
+    assert graph.node("fc1").channel_axis == -1 and graph.node("act").attrs["function"] == "gelu"
+    assert graph.node("softmax").kind == OpKind.SOFTMAX and graph.node("softmax").attrs["dim"] == -1
+
+    model, sample = _make("functional")
+    graph, _ = BACKEND.read(model, sample)
+    assert graph.node("size").kind == OpKind.SHAPE and graph.node("size").output_shapes == [()]
+    assert graph.node("size").channel_axis is None
+    assert graph.node("getattr_1").kind == OpKind.SHAPE  # x.shape
+    assert graph.node("cat").input_shapes == [(None, 4, 4, 4), (None, 4, 4, 4)]
+    assert graph.node("view").kind == OpKind.RESHAPE
+
+
+def test_unsupported_ops_are_kept_and_named_in_the_warnings():
+    class Odd(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 1)
+            self.shuffle = nn.PixelShuffle(2)
+            self.prelu = nn.PReLU(2)
+
+        def forward(self, x):
+            a, b = torch.chunk(self.prelu(self.shuffle(torch.erf(self.conv(x)))), 2, dim=1)
+            return a - b
+
+    torch.manual_seed(0)
+    model, sample = Odd(), [np.random.default_rng(1).standard_normal((2, 3, 4, 4)).astype(np.float32)]
+    graph, warnings = BACKEND.read(model, sample)
+    text = "\n".join(warnings)
+    assert len(warnings) == 4 and "erf" in text and "PixelShuffle" in text and "'shuffle'" in text
+    assert graph.node("chunk").output_shapes == [(None, 1, 8, 8), (None, 1, 8, 8)]
+    assert graph.node("prelu").weights.keys() == {"weight"}
+    assert graph.node("erf").kind == OpKind.UNKNOWN
+    _assert_same(BACKEND.run(model, sample), BACKEND.run(BACKEND.build(graph, quantized=True), sample))
+
+
+def test_untraceable_model_raises_model_read_error_quoting_fx():
+    class DataDependent(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x * 2
+            return x
+
+    with pytest.raises(ModelReadError, match=r"torch\.fx could not trace DataDependent.*control flow"):
+        BACKEND.read(DataDependent(), [np.ones((1, 3), np.float32)])
+
+
+def test_wrong_sample_raises_input_mismatch_naming_the_shapes():
+    model, _ = _make("conv_bn_relu")
+    with pytest.raises(InputMismatchError, match=r"\(2, 5, 8, 8\).*torch failed") as info:
+        BACKEND.read(model, [np.zeros((2, 5, 8, 8), np.float32)])
+    assert "channels" in str(info.value)  # torch's own message
+    with pytest.raises(
+        InputMismatchError, match=r"expected 2 inputs for TwoInputs.forward\(image, features\); got 1"
+    ):
+        BACKEND.read(TwoInputs(), [np.zeros((2, 3, 6, 6), np.float32)])
+
+
+def test_user_model_is_left_unchanged():
+    model, sample = _make("conv_bn_relu")
+    model.train()
+    calls = []
+    model.features[0].register_forward_hook(lambda *args: calls.append(1))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    graph, _ = BACKEND.read(model, sample)
+    built = BACKEND.build(graph, quantized=False)
+    BACKEND.run(built, sample)
+    outputs = BACKEND.run(model, sample)  # in eval mode, yet the flag stays True
+    assert model.training and all(m.training for m in model.modules())
+    assert calls == [1]  # only the user's own run called the user's hook
+    assert len(model.features[0]._forward_hooks) == 1
+    assert all(p.requires_grad for p in model.parameters())
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    _assert_same(outputs, BACKEND.run(built, sample))
+
+
+def _conv_quant(graph, name, kernel_threshold, activation_threshold):
+    node = graph.node(name)
+    grid = symmetric_grid(kernel_threshold, 4, signed=True)
+    node.quant.weights["kernel"] = WeightsQuantConfig(
+        n_bits=4,
+        method=QuantizationMethod.SYMMETRIC,
+        error_method=QuantizationErrorMethod.NOCLIPPING,
+        per_channel=True,
+        channel_axes=(0,),
+        grid=grid,
+    )
+    agrid = symmetric_grid(activation_threshold, 8, signed=True)
+    node.quant.activation = ActivationQuantConfig(
+        n_bits=8,
+        method=QuantizationMethod.SYMMETRIC,
+        error_method=QuantizationErrorMethod.NOCLIPPING,
+        signed=True,
+        threshold=activation_threshold,
+        grid=agrid,
+    )
+    return grid, agrid
+
+
+def test_quantized_build_matches_numpy_fake_quant():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 6, 3))
+    sample = [np.random.default_rng(2).standard_normal((2, 3, 7, 7)).astype(np.float32)]
+    graph, _ = BACKEND.read(model, sample)
+    kernel = graph.node("0").weights["kernel"]
+    grid, agrid = _conv_quant(graph, "0", np.abs(kernel).max(axis=(1, 2, 3)) * 0.8, 1.3)
+    built = BACKEND.build(graph, quantized=True)
+
+    qkernel = fake_quant(kernel, grid, (0,))
+    with torch.no_grad():
+        y = F.conv2d(torch.from_numpy(sample[0]), torch.from_numpy(qkernel), model[0].bias).numpy()
+    expected = fake_quant(y, agrid)
+    (got,) = BACKEND.run(built, sample)
+    np.testing.assert_allclose(got, expected, atol=1e-6, rtol=0)
+    assert len(np.unique(got)) <= 256
+    quantizers = [name for name, m in built.named_modules() if type(m).__name__ == "ActivationFakeQuant"]
+    assert quantizers == ["0_activation_quant"]
+    np.testing.assert_array_equal(built.get_submodule("0").weight.numpy(), qkernel)
+    # float mode ignores the grids
+    _assert_same(BACKEND.run(model, sample), BACKEND.run(BACKEND.build(graph, quantized=False), sample))
+
+
+def test_quantizer_name_says_which_node():
+    model, sample = _make("conv_bn_relu")
+    graph, _ = BACKEND.read(model, sample)
+    _conv_quant(graph, "features.0", 1.0, 4.0)
+    built = BACKEND.build(graph, quantized=True, extra_outputs=["features.0"])
+    names = [name for name, m in built.named_modules() if type(m).__name__ == "ActivationFakeQuant"]
+    assert names == ["features_0_activation_quant"] and "features.0" in repr(built.get_submodule(names[0]))
+    _, conv_out = BACKEND.run(built, sample)
+    step = 4.0 / 128
+    np.testing.assert_allclose(conv_out / step, np.round(conv_out / step), atol=1e-4)
+
+
+def test_extra_outputs_return_intermediate_tensors():
+    model, sample = _make("residual")
+    seen = {}
+    for name in ("conv1", "bn1", "conv2"):
+        model.get_submodule(name).register_forward_hook(
+            lambda m, i, o, name=name: seen.__setitem__(name, o.detach().numpy().copy())
+        )
+    graph, _ = BACKEND.read(model, sample)
+    built = BACKEND.build(graph, quantized=False, extra_outputs=["conv2", "conv1", "bn1"])
+    final, conv2, conv1, bn1 = BACKEND.run(built, sample)
+    (expected,) = BACKEND.run(model, sample)
+    _assert_same([expected, seen["conv2"], seen["conv1"], seen["bn1"]], [final, conv2, conv1, bn1])
+
+
+def test_extra_output_is_not_overwritten_by_an_inplace_relu():
+    model, sample = _make("conv_bn_relu")
+    seen = {}
+
+    def hook(module, inputs, output):
+        seen["bn"] = output.detach().clone().numpy()
+
+    model.features[1].register_forward_hook(hook)
+    graph, _ = BACKEND.read(model, sample)
+    _, bn = BACKEND.run(BACKEND.build(graph, quantized=False, extra_outputs=["features.1"]), sample)
+    BACKEND.run(model, sample)
+    assert (bn < 0).any()
+    _assert_same([seen["bn"]], [bn])
+
+
+@pytest.mark.parametrize("layer", ["conv", "linear"])
+def test_a_new_bias_is_built_and_used(layer):
+    torch.manual_seed(0)
+    if layer == "conv":
+        model, shape = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False)), (2, 3, 5, 5)
+    else:
+        model, shape = nn.Sequential(nn.Linear(6, 4, bias=False)), (2, 6)
+    sample = [np.random.default_rng(3).standard_normal(shape).astype(np.float32)]
+    graph, _ = BACKEND.read(model, sample)
+    assert "bias" not in graph.node("0").weights
+    bias = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+    graph.node("0").weights["bias"] = bias
+    (plain,) = BACKEND.run(model, sample)
+    (got,) = BACKEND.run(BACKEND.build(graph, quantized=False), sample)
+    axis = 1 if layer == "conv" else -1
+    shape = [1] * got.ndim
+    shape[axis] = 4
+    np.testing.assert_allclose(got, plain + bias.reshape(shape), atol=1e-5)
+
+
+def test_small_helpers():
+    assert BACKEND.name == "pytorch" and BACKEND.channels_last is False
+    assert BACKEND.input_count(TwoInputs()) == 2 and BACKEND.input_count(ConvBnRelu()) == 1
+    assert BACKEND.model_name(Residual()) == "Residual" and BACKEND.expected_input_shapes(Residual()) is None
+    assert BACKEND.is_tensor(torch.ones(1)) and not BACKEND.is_tensor(np.ones(1))
+    assert BACKEND.to_numpy(torch.arange(3)).tolist() == [0, 1, 2]
+
+    class Embed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(10, 4)
+
+        def forward(self, ids):
+            return self.embed(ids).mean(1)
+
+    model = Embed()
+    ids = [np.array([[1, 2], [3, 9]], np.int64)]
+    graph, warnings = BACKEND.read(model, ids)
+    assert "Embedding" in warnings[0] and graph.node("embed").weights["weight"].shape == (10, 4)
+    _assert_same(BACKEND.run(model, ids), BACKEND.run(BACKEND.build(graph, quantized=False), ids))

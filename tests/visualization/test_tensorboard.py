@@ -1,0 +1,444 @@
+"""TensorBoard protos, one builder at a time, and stages read back with TensorBoard's loader."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tensorboard.backend.event_processing import event_accumulator as ea
+from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as reference_crc
+
+from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod
+from model_compression_toolkit.core.graph import Graph, Node, OpKind
+from model_compression_toolkit.core.quant_config import (
+    ActivationQuantConfig,
+    NodeQuantConfig,
+    WeightsQuantConfig,
+)
+from model_compression_toolkit.core.stage import STAGES, NodeMemory, StageReport
+from model_compression_toolkit.core.statistics import NodeStatistics
+from model_compression_toolkit.logger import ptq_run, safe_run_path, set_log_folder
+from model_compression_toolkit.visualization import tensorboard as tb
+from model_compression_toolkit.visualization.sink import TensorBoardSink
+
+SYM, MSE = QuantizationMethod.SYMMETRIC, QuantizationErrorMethod.MSE
+
+
+# ---------------------------------------------------------------- a small graph by hand
+def make_graph(names: dict[str, str] | None = None, channels: int = 4) -> Graph:
+    """input -> conv -> split --(out 0)--> add <--(out 1)-- split ; add -> dense.
+
+    ``names`` renames the nodes (hostile-name tests).
+    """
+    n = {k: k for k in ("input", "conv", "split", "add", "dense")} | (names or {})
+    rng = np.random.default_rng(0)
+    g = Graph("tiny", "pytorch")
+    g.add_node(Node(n["input"], OpKind.INPUT, "Input", output_shapes=[(None, 3, 8, 8)]))
+    conv_q = NodeQuantConfig(
+        activation=ActivationQuantConfig(8, SYM, MSE, signed=True, threshold=2.5),
+        weights={
+            "kernel": WeightsQuantConfig(8, SYM, MSE, True, (0,), threshold=np.linspace(0.1, 0.4, channels))
+        },
+    )
+    g.add_node(Node(
+        n["conv"], OpKind.CONV, "Conv2d", attrs={"kernel_size": (3, 3), "stride": 1, "padding": "same"},
+        weights={"kernel": rng.normal(size=(channels, 3, 3, 3)).astype(np.float32),
+                 "bias": rng.normal(size=channels).astype(np.float32)},
+        kernel_axes={"kernel": (0,)}, input_shapes=[(None, 3, 8, 8)],
+        output_shapes=[(None, channels, 8, 8)], channel_axis=1, quant=conv_q,
+    ))  # fmt: skip
+    g.add_node(Node(
+        n["split"], OpKind.UNKNOWN, "chunk", output_shapes=[(None, channels // 2, 8, 8)] * 2,
+        quant=NodeQuantConfig(activation_float_reason="unknown op"),
+    ))  # fmt: skip
+    g.add_node(
+        Node(
+            n["add"],
+            OpKind.ADD,
+            "add",
+            output_shapes=[(None, channels // 2, 8, 8)],
+            quant=NodeQuantConfig(activation=ActivationQuantConfig(8, SYM, MSE, signed=True, threshold=3.0)),
+        )
+    )
+    g.add_node(Node(
+        n["dense"], OpKind.DENSE, "Linear", weights={"kernel": rng.normal(size=(10, 128)).astype(np.float32)},
+        kernel_axes={"kernel": (0,)}, output_shapes=[(None, 10)],
+    ))  # fmt: skip
+    g.add_edge(n["input"], n["conv"])
+    g.add_edge(n["conv"], n["split"])
+    g.add_edge(n["split"], n["add"], 0, 0)
+    g.add_edge(n["split"], n["add"], 1, 1)
+    g.add_edge(n["add"], n["dense"])
+    g.inputs = [n["input"]]
+    g.outputs = [(n["dense"], 0)]
+    g.validate()
+    return g
+
+
+def make_memory(g: Graph) -> dict[str, NodeMemory]:
+    return {node.name: NodeMemory(4.0 * node.weights_size(), 4.0 * node.output_size()) for node in g.nodes()}
+
+
+def make_stats(values: np.ndarray, bins: int = 64) -> NodeStatistics:
+    """Statistics of an (N, C, ...) activation, computed exactly."""
+    flat = values.ravel().astype(np.float64)
+    counts, edges = np.histogram(flat, bins=bins)
+    per_channel = np.moveaxis(values, 1, 0).reshape(values.shape[1], -1)
+    return NodeStatistics(
+        counts=counts,
+        edges=edges,
+        count=flat.size,
+        sum=float(flat.sum()),
+        sum_squares=float(np.dot(flat, flat)),
+        min=float(flat.min()),
+        max=float(flat.max()),
+        min_per_channel=per_channel.min(1),
+        max_per_channel=per_channel.max(1),
+        mean_per_channel=per_channel.mean(1),
+    )
+
+
+def make_reports(g: Graph) -> tuple[list[StageReport], dict[str, np.ndarray]]:
+    rng = np.random.default_rng(1)
+    acts = {node.name: rng.normal(size=(6, *node.output_shapes[0][1:])) for node in g.nodes()}
+    stats = {name: make_stats(a) for name, a in acts.items()}
+    conv = next(n for n in g.nodes() if n.kind == OpKind.CONV)
+    quantized = {conv.name: {"kernel": np.round(conv.weights["kernel"] * 20) / 20}}
+    memory = make_memory(g)
+    reports = []
+    for stage in STAGES:
+        kwargs = {}
+        if stage in ("after_statistics_collection", "thresholds_selection"):
+            kwargs["statistics"] = stats
+        if stage == "quantized_graph":
+            kwargs["quantized_weights"] = quantized
+        reports.append(StageReport(stage, g, memory, **kwargs))
+    return reports, acts
+
+
+def load(path: Path) -> ea.EventAccumulator:
+    acc = ea.EventAccumulator(str(path), size_guidance={k: 0 for k in ea.DEFAULT_SIZE_GUIDANCE})
+    acc.Reload()
+    return acc
+
+
+def write_run(tmp_path: Path, g: Graph | None = None, model_name: str = "tiny") -> tuple[Path, Graph, dict]:
+    g = g or make_graph()
+    reports, acts = make_reports(g)
+    set_log_folder(tmp_path / "logs")
+    with ptq_run(model_name) as run:
+        for report in reports:
+            run.sink.stage(report)
+    return run.folder, g, acts
+
+
+# ---------------------------------------------------------------- CRC and framing
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(min_size=4, max_size=3000), min_size=1, max_size=6))
+def test_crc_matches_tensorboard(buffers):
+    assert tb.masked_crc32c(buffers) == [reference_crc(b) for b in buffers]
+
+
+def test_crc_of_large_buffers_matches_tensorboard():
+    buffers = [os.urandom(n) for n in (32, 33, 4095, 100_003)]
+    assert tb.masked_crc32c(buffers) == [reference_crc(b) for b in buffers]
+
+
+def test_scalar_series_payloads_are_the_events_protobuf_would_write():
+    series = {"a/b": np.arange(200, dtype=np.float32), "é c": np.array([1.5, -2.0])}
+    payloads = tb.scalar_series_payloads(series, 123.25)
+    assert len(payloads) == 200
+    for step in (0, 1, 127, 128, 199):
+        expected = event_pb2.Event(wall_time=123.25, step=step)
+        for tag, values in series.items():
+            if step < values.size:
+                expected.summary.value.add(tag=tag, simple_value=float(values[step]))
+        assert event_pb2.Event.FromString(payloads[step]) == expected
+
+
+# ---------------------------------------------------------------- pure builders
+def test_graph_def_nodes_edges_shapes_and_quantization():
+    g = make_graph()
+    gd = tb.graph_def(g, make_memory(g))
+    nodes = {n.name: n for n in gd.node}
+    assert list(nodes) == [n.name for n in g.nodes()]
+    assert list(nodes["add"].input) == ["split", "split:1"]
+    assert list(nodes["conv"].input) == ["input"]
+    conv = nodes["conv"]
+    assert conv.op == "Conv2d" and conv.device == "/device:Conv2d:0"
+    assert list(conv.attr["kernel_size"].list.i) == [3, 3]
+    assert conv.attr["padding"].s == b"same"
+    assert conv.attr["kind"].s == b"conv"
+    assert conv.attr["weights.kernel.n_bits"].i == 8
+    assert conv.attr["weights.kernel.method"].s == b"symmetric"
+    assert conv.attr["weights.kernel.per_channel"].b is True
+    assert (
+        b"min 0.1" in conv.attr["weights.kernel.threshold"].s
+        and b"max 0.4" in conv.attr["weights.kernel.threshold"].s
+    )
+    assert conv.attr["activation.threshold"].f == 2.5 and conv.attr["activation.signed"].b is True
+    assert conv.attr["memory.weights_bytes"].i == 4 * (4 * 27 + 4)
+    assert nodes["split"].attr["activation.float_reason"].s == b"unknown op"
+    assert nodes["split"].attr["quantization"].s == b"float"
+    shapes = nodes["split"].attr["_output_shapes"].list.shape
+    assert [[d.size for d in s.dim] for s in shapes] == [[-1, 2, 8, 8]] * 2
+
+
+def test_graph_def_device_override():
+    g = make_graph()
+    gd = tb.graph_def(g, make_memory(g), devices={"conv": "error: high"})
+    assert {n.name: n.device for n in gd.node}["conv"] == "/device:error_ high:0"
+
+
+def test_run_metadata_one_entry_per_node_with_its_memory():
+    g = make_graph()
+    memory = make_memory(g)
+    meta = tb.run_metadata(g, memory)
+    stats = {ns.node_name: (dev.device, ns) for dev in meta.step_stats.dev_stats for ns in dev.node_stats}
+    gd = tb.graph_def(g, memory)
+    assert set(stats) == {n.name for n in gd.node}
+    for node in gd.node:
+        device, ns = stats[node.name]
+        assert device == node.device  # TensorBoard overwrites the node's device with this
+        assert sum(m.total_bytes for m in ns.memory) == memory[node.name].total_bytes > 0
+        assert ns.all_start_micros > 0
+    _, conv = stats["conv"]
+    assert [d.size for d in conv.output[0].tensor_description.shape.dim] == [1, 4, 8, 8]
+
+
+def test_hostile_graph_names_stay_parseable():
+    g = make_graph({"split": "a:1", "add": "^b//c/"})
+    names = {n.name for n in tb.graph_def(g, make_memory(g)).node}
+    assert "a_1" in names and "b/c" in names
+
+
+def test_histogram_proto_uses_right_edges_and_true_count():
+    counts = np.array([0, 3, 0, 5, 2, 0, 0])
+    edges = np.arange(8, dtype=np.float64)
+    h = tb.histogram_proto(counts, edges, count=10, sum=31.0, sum_squares=111.0, min=1.2, max=4.9)
+    assert list(h.bucket_limit) == [2.0, 3.0, 4.0, 5.0]  # right edges of buckets 1..4
+    assert list(h.bucket) == [3, 0, 5, 2]
+    assert (h.num, h.sum, h.sum_squares, h.min, h.max) == (10, 31.0, 111.0, 1.2, 4.9)
+    assert tb.histogram_proto(np.zeros(3), np.arange(4.0)).num == 0
+
+
+def test_histogram_from_values_is_exact():
+    values = np.random.default_rng(2).normal(size=(7, 11))
+    h = tb.histogram_from_values(values, bins=32)
+    assert h.num == values.size == sum(h.bucket)
+    assert h.sum == pytest.approx(values.sum(), abs=1e-12)
+    assert h.sum_squares == pytest.approx((values**2).sum(), rel=1e-12)
+    assert (h.min, h.max) == (values.min(), values.max())
+    assert h.bucket_limit[-1] == values.max()  # the last right edge is the maximum
+    same = tb.histogram_from_values(values * 0.5, bins=np.linspace(values.min(), values.max(), 33))
+    assert set(same.bucket_limit) <= set(np.linspace(values.min(), values.max(), 33)[1:])
+
+
+def test_figure_to_png_and_image_header():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2, 1), dpi=50)
+    ax.plot([0, 1], [1, 0])
+    png = tb.figure_to_png(fig)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert tb.png_size(png)[:2] == (50, 100)
+    assert not plt.get_fignums()
+
+
+def test_safe_run_path_never_leaves_the_root(tmp_path):
+    for name in ("../x", "/etc/passwd", "a/../../b", "a b'\"c", "ünï/cødé", "..", "", "a\x00b"):
+        path = safe_run_path(tmp_path, name)
+        assert path.resolve().is_relative_to(tmp_path.resolve()) and path != tmp_path
+    assert safe_run_path(tmp_path, "a b") != safe_run_path(tmp_path, "a_b")
+
+
+# ---------------------------------------------------------------- a run read back
+def test_every_stage_round_trips_through_tensorboard(tmp_path):
+    start = time.time()
+    folder, g, acts = write_run(tmp_path)
+    mux = pem.EventMultiplexer().AddRunsFromDirectory(str(folder))
+    mux.Reload()
+    runs = set(mux.Runs())
+    assert set(STAGES) <= runs
+    for stage in ("after_statistics_collection", "thresholds_selection"):
+        assert {f"{stage}/{k}_per_channel" for k in ("min", "max", "mean")} <= runs
+    edges = {(e.src, e.dst, e.src_index) for e in g.edges()}
+    for stage in STAGES:
+        acc = load(folder / stage)
+        gd = acc.Graph()
+        assert [n.name for n in gd.node] == [n.name for n in g.nodes()]
+        read_edges = set()
+        for n in gd.node:
+            assert n.attr["_output_shapes"].list.shape
+            for inp in n.input:
+                src, _, k = inp.partition(":")
+                read_edges.add((src, n.name, int(k or 0)))
+        assert read_edges == edges
+        meta = acc.RunMetadata("Resources")
+        per_node = [ns for dev in meta.step_stats.dev_stats for ns in dev.node_stats]
+        assert sorted(ns.node_name for ns in per_node) == sorted(n.name for n in g.nodes())
+        assert all(sum(m.total_bytes for m in ns.memory) > 0 for ns in per_node)
+        (text,) = acc.Tensors("summary")
+        markdown = text.tensor_proto.string_val[0].decode()
+        assert "| layers | 5 |" in markdown and "quantized layers" in markdown and "total memory" in markdown
+        assert text.tensor_proto.dtype == 7  # DT_STRING
+        for event in [text, *(e for t in acc.Tags()["histograms"] for e in acc.Histograms(t))]:
+            assert start - 1 <= event.wall_time <= time.time() + 1
+    assert "summary" in load(folder / "initial_graph").PluginTagToContent("text")
+
+
+def test_activation_histograms_and_per_channel_scalars(tmp_path):
+    folder, g, acts = write_run(tmp_path)
+    acc = load(folder / "after_statistics_collection")
+    assert set(acc.Tags()["histograms"]) == {n.name for n in g.nodes()}
+    for name, values in acts.items():
+        (event,) = acc.Histograms(name)
+        h = event.histogram_value
+        _, edges = np.histogram(values.ravel(), bins=64)
+        assert h.num == values.size == sum(h.bucket)
+        assert h.sum == values.sum() and h.sum_squares == pytest.approx((values**2).sum(), rel=1e-15)
+        assert set(h.bucket_limit) <= set(edges[1:]) and h.bucket_limit[-1] == edges[-1]
+        assert (h.min, h.max) == (values.min(), values.max())
+    for kind, fn in (("min", np.min), ("max", np.max), ("mean", np.mean)):
+        scalars = load(folder / "after_statistics_collection" / f"{kind}_per_channel")
+        assert set(scalars.Tags()["scalars"]) == set(acts)
+        for name, values in acts.items():
+            events = scalars.Scalars(name)
+            expected = fn(np.moveaxis(values, 1, 0).reshape(values.shape[1], -1), axis=1)
+            assert [e.step for e in events] == list(range(values.shape[1]))
+            np.testing.assert_allclose([e.value for e in events], expected, rtol=1e-6)
+
+
+def test_quantized_graph_weight_histograms_share_bins(tmp_path):
+    folder, g, _ = write_run(tmp_path)
+    acc = load(folder / "quantized_graph")
+    f = acc.Histograms("conv/weights/float")[0].histogram_value
+    q = acc.Histograms("conv/weights/quantized")[0].histogram_value
+    kernel = g.node("conv").weights["kernel"]
+    assert f.num == q.num == kernel.size
+    lo, hi = min(f.min, q.min), max(f.max, q.max)
+    grid = np.linspace(lo, hi, 257)[1:]
+    for h in (f, q):
+        assert np.allclose(
+            h.bucket_limit, grid[np.searchsorted(grid, h.bucket_limit[0]) :][: len(h.bucket_limit)]
+        )
+
+
+def test_extra_runs_and_images_through_the_run_context(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    set_log_folder(tmp_path)
+    with ptq_run("m") as run:
+        fig = Figure(figsize=(2, 2), dpi=40)
+        fig.add_subplot().plot([1, 2])
+        w = run.writer("similarity")
+        w.add_image("cosine", tb.figure_to_png(fig), step=3)
+        w.add_scalar("score", 0.5, step=1)
+        w.flush()
+        acc = load(run.folder / "similarity")  # flushed: readable while the run goes on
+        (img,) = acc.Images("cosine")
+        assert (img.step, img.width, img.height) == (3, 80, 80)
+        assert acc.Scalars("score")[0].value == 0.5
+    assert w.disabled or w._file is None  # closed with the run
+
+
+def test_stage_writing_is_fast_for_a_wide_model(tmp_path):
+    """60 layers, 2048-bin histograms, 2048 channels: the stage and its three scalar runs."""
+    rng = np.random.default_rng(3)
+    g = Graph("wide", "keras")
+    prev = None
+    stats = {}
+    for i in range(60):
+        name = f"block_{i}/conv"
+        g.add_node(
+            Node(
+                name,
+                OpKind.CONV if i else OpKind.INPUT,
+                "Conv2D",
+                output_shapes=[(None, 7, 7, 2048)],
+                weights={"kernel": rng.normal(size=(1, 1, 8, 8))} if i else {},
+            )
+        )
+        if prev:
+            g.add_edge(prev, name)
+        prev = name
+        counts = rng.integers(0, 1000, size=2048)
+        stats[name] = NodeStatistics(
+            counts=counts,
+            edges=np.linspace(-1, 1, 2049),
+            count=int(counts.sum()),
+            sum=1.0,
+            sum_squares=2.0,
+            min=-1.0,
+            max=1.0,
+            min_per_channel=rng.normal(size=2048),
+            max_per_channel=rng.normal(size=2048),
+            mean_per_channel=rng.normal(size=2048),
+        )
+    g.inputs, g.outputs = ["block_0/conv"], [(prev, 0)]
+    memory = make_memory(g)
+    sink = TensorBoardSink(tmp_path)
+    t0 = time.perf_counter()
+    sink.stage(StageReport("initial_graph", g, memory))
+    t1 = time.perf_counter()
+    sink.stage(StageReport("after_statistics_collection", g, memory, statistics=stats))
+    t2 = time.perf_counter()
+    sink.close()
+    assert t1 - t0 < 0.2
+    assert t2 - t1 < 1.5  # histograms plus 3 x 60 x 2048 per-channel scalars
+    acc = load(tmp_path / "after_statistics_collection" / "max_per_channel")
+    assert len(acc.Scalars("block_59/conv")) == 2048
+
+
+def test_writing_does_not_import_tensorflow(tmp_path):
+    code = (
+        "import sys\n"
+        "from model_compression_toolkit.visualization.tensorboard import RunWriter\n"
+        f"w = RunWriter({str(tmp_path)!r}); w.add_scalar('x', 1.0); w.close()\n"
+        "assert 'tensorflow' not in sys.modules and 'torch' not in sys.modules, 'framework imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+    assert load(tmp_path).Scalars("x")[0].value == 1.0
+
+
+def test_run_writer_raises_without_on_error_and_reports_with_it(tmp_path, monkeypatch):
+    seen = []
+    w = tb.RunWriter(tmp_path / "r", on_error=lambda p, e: seen.append((p, e)))
+    monkeypatch.setattr(tb._RecordFile, "write", _disk_full)
+    w.add_scalar("x", 1.0)
+    w.flush()
+    assert seen and seen[0][0] == tmp_path / "r" and w.disabled
+    w.add_scalar("x", 2.0)  # ignored
+    w.close()
+    monkeypatch.undo()
+    raw = tb.RunWriter(tmp_path / "s")
+    monkeypatch.setattr(tb._RecordFile, "write", _disk_full)
+    raw.add_scalar("x", 1.0)
+    with pytest.raises(OSError):
+        raw.flush()
+    raw.close()
+
+
+def _disk_full(self, data):
+    self.error = OSError(28, "No space left on device")
+
+
+def test_histogram_proto_round_trips_through_the_summary_proto():
+    h = tb.histogram_proto(np.array([1, 2]), np.array([0.0, 1.0, 2.0]), count=3)
+    value = summary_pb2.Summary.Value(tag="t", histo=h)
+    assert summary_pb2.Summary.Value.FromString(value.SerializeToString()).histo.num == 3
