@@ -92,7 +92,7 @@ def keras_digits_cnn(seed: int = 0):
     x = inputs
     for filters, stride in ((16, 1), (32, 2), (64, 2)):
         x = layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False)(x)
-        x = layers.BatchNormalization()(x)
+        x = layers.BatchNormalization(momentum=0.9)(x)  # as PyTorch: statistics settle in few epochs
         x = layers.ReLU()(x)
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(10)(x)

@@ -12,6 +12,8 @@ through the methods here, and `validate` checks the invariants after each.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+import copy
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -260,6 +262,31 @@ class Graph:
         self.redirect_uses(name, ins[0].src, 0, ins[0].src_index)
         self.remove_edge(ins[0])
         self.remove_node(name)
+
+    def copy(self) -> Graph:
+        """A copy whose nodes, edges and lists can change without touching this graph.
+
+        Weight arrays and backend payloads are shared: transforms replace them, never
+        modify them in place.
+        """
+        new = Graph(self.name, self.framework)
+        for node in self.nodes():
+            new.add_node(
+                dataclasses.replace(
+                    node,
+                    attrs=dict(node.attrs),
+                    weights=dict(node.weights),
+                    kernel_axes=dict(node.kernel_axes),
+                    input_shapes=list(node.input_shapes),
+                    output_shapes=list(node.output_shapes),
+                    origin=list(node.origin),
+                    quant=copy.deepcopy(node.quant),
+                )
+            )
+        for e in self.edges():
+            new.add_edge(e.src, e.dst, e.src_index, e.dst_index)
+        new.inputs, new.outputs, new.meta = list(self.inputs), list(self.outputs), dict(self.meta)
+        return new
 
     # ---------------------------------------------------------------- checks
     def validate(self) -> None:

@@ -12,6 +12,7 @@ from typing import Protocol
 
 import numpy as np
 
+from model_compression_toolkit.core.analysis import SimilarityResult
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.statistics import NodeStatistics
 
@@ -46,6 +47,7 @@ class StageReport:
         memory: bytes per node at the stage's bit-widths.
         statistics: per-node activation statistics (statistics stages only).
         quantized_weights: node -> weight name -> quantized weights (quantized_graph only).
+        similarity: the float vs quantized comparison (quantized_graph, when it ran).
     """
 
     name: str
@@ -53,6 +55,7 @@ class StageReport:
     memory: Mapping[str, NodeMemory]
     statistics: Mapping[str, NodeStatistics] | None = None
     quantized_weights: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=dict)
+    similarity: SimilarityResult | None = None
 
 
 class StageSink(Protocol):

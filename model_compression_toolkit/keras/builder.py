@@ -34,6 +34,20 @@ class Slot:
     index: int
 
 
+def template(value: Any, refs: list[dict]) -> Any:
+    """Serialized call arguments with each ``__keras_tensor__`` replaced by a `Slot`."""
+    if isinstance(value, dict):
+        if value.get("class_name") == "__keras_tensor__":
+            refs.append(value["config"])
+            return Slot(len(refs) - 1)
+        if "class_name" in value and "config" in value:
+            return keras.saving.deserialize_keras_object(value)
+        return {k: template(v, refs) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(template(v, refs) for v in value)
+    return value
+
+
 def fill(value: Any, inputs: Sequence[Any]) -> Any:
     """The call arguments with each `Slot` replaced by its input."""
     if isinstance(value, Slot):

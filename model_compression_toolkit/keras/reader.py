@@ -23,7 +23,7 @@ import numpy as np
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError
 from model_compression_toolkit.keras import ops
-from model_compression_toolkit.keras.builder import Slot, fill, make_layer
+from model_compression_toolkit.keras.builder import fill, make_layer, template
 
 Source = tuple[str, int]  # (graph node, output index)
 _HOW_TO = (
@@ -123,20 +123,6 @@ def check_inputs(expected: Sequence[Any], sample_inputs: Sequence[np.ndarray]) -
 
 def _fits(got: tuple, want: tuple) -> bool:
     return len(got) == len(want) and all(w is None or w == g for g, w in zip(got, want))
-
-
-def template(value: Any, refs: list[dict]) -> Any:
-    """Serialized call arguments with each ``__keras_tensor__`` replaced by a `Slot`."""
-    if isinstance(value, dict):
-        if value.get("class_name") == "__keras_tensor__":
-            refs.append(value["config"])
-            return Slot(len(refs) - 1)
-        if "class_name" in value and "config" in value:
-            return keras.saving.deserialize_keras_object(value)
-        return {k: template(v, refs) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(template(v, refs) for v in value)
-    return value
 
 
 class _Reader:

@@ -1,0 +1,436 @@
+"""The similarity analysis in TensorBoard, and the per-layer error for the graph view.
+
+    <ptq run>/similarity/               Images      cosine_similarity/sample_<i>  (x = layer names)
+                                                    cosine_similarity/summary     (mean, min-max band)
+                                                    filters/<conv>                (float | quantized)
+                                        Histograms  <layer>/float, <layer>/quantized (same buckets)
+                                        Text        similarity/report (ranked table, worst first)
+    <ptq run>/similarity/accumulated/   Scalars     similarity/cosine, similarity/sqnr_db, similarity/mse
+    <ptq run>/similarity/local/         Scalars     the same tags: TensorBoard overlays both runs
+
+Scalars use step = the layer's topological position. Nothing non-finite is written: a bad
+number is left out of the scalars, drawn as a gap in the plots and shown as "n/a" in the
+table. Figures use matplotlib's object API (no pyplot, no global state).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from tensorboard.compat.proto import summary_pb2
+
+from model_compression_toolkit.core.analysis import PairHistogram, SimilarityResult
+from model_compression_toolkit.core.graph import Graph, Node, OpKind
+from model_compression_toolkit.core.quantizers import fake_quant
+from model_compression_toolkit.core.report import ERROR_CLASS_THRESHOLDS_DB, LayerSimilarity, SimilarityReport
+from model_compression_toolkit.visualization.tensorboard import RunWriter, figure_to_png, histogram_proto
+
+DPI = 90
+MAX_FILTERS = 64
+FILTER_LAYERS = 2
+MAX_LABEL_CHARS = 28
+CLASS_COLOURS = {"low": "tab:green", "medium": "tab:orange", "high": "tab:red"}
+SCALARS = {  # tag -> (accumulated field, local field)
+    "similarity/cosine": ("cosine_mean", "local_cosine_mean"),
+    "similarity/sqnr_db": ("sqnr_db", "local_sqnr_db"),
+    "similarity/mse": ("mse", "local_mse"),
+}
+
+
+def write_similarity(open_writer: Callable[[str], RunWriter], result: SimilarityResult, graph: Graph) -> None:
+    """Write the similarity view into runs opened by ``open_writer(run_name)``; flush them.
+
+    Args:
+        open_writer: opens a TensorBoard run inside the PTQ call's run folder; the caller
+            closes the writers.
+        result: the similarity analysis.
+        graph: the quantized graph (its first convolutions' kernels are shown).
+    """
+    report = result.report
+    main = open_writer("similarity")
+    runs = {"accumulated": open_writer("similarity/accumulated"), "local": open_writer("similarity/local")}
+    for layer in report.layers:
+        for tag, fields in SCALARS.items():
+            for writer, name in zip(runs.values(), fields):
+                value = _finite(getattr(layer, name))
+                if value is not None:
+                    writer.add_scalar(tag, value, step=int(layer.position))
+    main.add_text("similarity/report", report_markdown(report))
+    for name, pair in result.histograms.items():
+        protos = pair_histograms(pair)
+        if protos is not None:
+            main.add_histograms({f"{name}/float": protos[0], f"{name}/quantized": protos[1]})
+    for i, png in enumerate(sample_pngs(report)):
+        main.add_image(f"cosine_similarity/sample_{i}", png)
+    main.add_image("cosine_similarity/summary", summary_png(report))
+    for node in filter_nodes(graph):
+        main.add_image(f"filters/{node.name}", filters_png(node))
+    for writer in (main, *runs.values()):
+        writer.flush()
+
+
+def error_devices(report: SimilarityReport) -> dict[str, str]:
+    """Node name -> ``error:<low|medium|high>``: the GraphDef device, so "Color by device"
+    paints the quantized graph by error. Layers with no finite SQNR are left out."""
+    classes = {layer.name: _error_class(layer) for layer in report.layers}
+    return {name: f"error:{cls}" for name, cls in classes.items() if cls is not None}
+
+
+def metric_attrs(report: SimilarityReport) -> dict[str, dict[str, float | str]]:
+    """Node name -> the metrics shown as GraphDef attributes (finite values only)."""
+    names = ("cosine_mean", "cosine_min", "sqnr_db", "mse", "local_sqnr_db", "local_mse", "clipped_percent")
+    out: dict[str, dict[str, float | str]] = {}
+    for layer in report.layers:
+        attrs: dict[str, float | str] = {}
+        for name in names:
+            value = _finite(getattr(layer, name))
+            if value is not None:
+                attrs[name] = value
+        cls = _error_class(layer)
+        if cls is not None:
+            attrs["error_class"] = cls
+        out[layer.name] = attrs
+    return out
+
+
+# ---------------------------------------------------------------- numbers
+def _finite(value: object) -> float | None:
+    """``value`` as a float when it is a finite number, else None."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _nan(value: object) -> float:
+    number = _finite(value)
+    return np.nan if number is None else number
+
+
+def _error_class(layer: LayerSimilarity) -> str | None:
+    """The layer's error class, or None when its SQNR is not a number."""
+    sqnr = layer.ranking_sqnr_db
+    if sqnr is None or isinstance(sqnr, bool) or not isinstance(sqnr, (int, float)) or math.isnan(sqnr):
+        return None
+    return layer.error_class
+
+
+def _fmt(value: object, spec: str) -> str:
+    number = _finite(value)
+    return "n/a" if number is None else format(number, spec)
+
+
+def cosine_matrix(report: SimilarityReport) -> np.ndarray:
+    """(layers, samples) cosines in topological order; missing or non-finite values are NaN."""
+    samples = report.samples or max((len(layer.cosine_per_sample) for layer in report.layers), default=0)
+    matrix = np.full((len(report.layers), samples), np.nan)
+    for row, layer in zip(matrix, _ordered(report)):
+        values = np.array(
+            [v if _finite(v) is not None else np.nan for v in layer.cosine_per_sample[:samples]]
+        )
+        row[: values.size] = values
+    return matrix
+
+
+def _ordered(report: SimilarityReport) -> list[LayerSimilarity]:
+    return sorted(report.layers, key=lambda layer: layer.position)
+
+
+# ---------------------------------------------------------------- cosine plots
+def _short(name: str) -> str:
+    """The end of a long layer name (its most specific part)."""
+    return name if len(name) <= MAX_LABEL_CHARS else "…" + name[-(MAX_LABEL_CHARS - 1) :]
+
+
+def _layer_axes(names: list[str], height: float = 3.4) -> tuple[Figure, object]:
+    """A figure whose x axis names the layers: width, font and label thinning fit 1-300 layers."""
+    n = max(len(names), 1)
+    font = 8 if n <= 50 else 7 if n <= 90 else 6
+    width = min(max(7.0, 1.6 + n * font * 1.25 / 72), 20.0)
+    step = max(1, math.ceil(n * font * 1.25 / ((width - 1.6) * 72)))
+    labels = [_short(s) for s in names]
+    label_in = max((len(s) for s in labels), default=1) * font * 0.62 / 72 + 0.35
+    fig = Figure(figsize=(width, height + label_in), dpi=DPI)
+    FigureCanvasAgg(fig)
+    fig.subplots_adjust(
+        left=1.0 / width, right=1 - 0.6 / width, bottom=label_in / (height + label_in), top=0.88
+    )
+    ax = fig.add_subplot()
+    ticks = np.arange(0, len(names), step)
+    ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=font)
+    ax.set_xticks(np.arange(len(names)), minor=True)
+    ax.set_xlim(-0.5, max(len(names) - 0.5, 0.5))
+    ax.set_ylabel("cosine similarity")
+    ax.set_xlabel("layer (topological order)" + (f", 1 name in {step} shown" if step > 1 else ""), fontsize=8)
+    ax.ticklabel_format(axis="y", useOffset=False)
+    ax.grid(True, axis="y", alpha=0.3)
+    return fig, ax
+
+
+def _ylim(*arrays: np.ndarray) -> tuple[float, float]:
+    """Limits showing every finite value and 1.0, zoomed so that small differences show."""
+    values = np.concatenate([np.ravel(a) for a in arrays] + [np.array([1.0])])
+    values = values[np.isfinite(values)]
+    lo, hi = float(values.min()), float(values.max())
+    pad = max(hi - lo, 1e-4) * 0.08
+    return lo - pad, hi + pad
+
+
+def sample_pngs(report: SimilarityReport) -> list[bytes]:
+    """One plot per sample: cosine similarity at every layer, layers named on the x axis.
+
+    The layer names (most of the drawing time) are drawn once; for each sample only the
+    y axis, the line, the lowest point and the title are drawn over that background.
+    """
+    layers = _ordered(report)
+    matrix = cosine_matrix(report)
+    if not layers or matrix.shape[1] == 0:
+        return []
+    fig, ax = _layer_axes([layer.name for layer in layers])
+    x = np.arange(len(layers))
+    one = ax.axhline(1.0, color="0.4", lw=0.8, ls="--")
+    (line,) = ax.plot(x, matrix[:, 0], "-o", ms=3, lw=1, color="tab:blue")
+    (worst,) = ax.plot([], [], "v", ms=8, color="tab:red")
+    note = ax.annotate("", (0, 1), xytext=(8, 4), textcoords="offset points", fontsize=8, color="tab:red")
+    dynamic = [ax.yaxis, one, line, worst, note, ax.title]
+    for artist in dynamic:
+        artist.set_animated(True)
+    canvas = fig.canvas
+    canvas.draw()
+    background = canvas.copy_from_bbox(fig.bbox)
+    pngs = []
+    for i in range(matrix.shape[1]):
+        values = matrix[:, i]
+        line.set_ydata(values)
+        ax.set_ylim(*_ylim(values))
+        title = f"sample {i}: cosine similarity, quantized vs float model"
+        if np.isfinite(values).any():
+            k = int(np.nanargmin(values))
+            worst.set_data([k], [values[k]])
+            _place(note, k, values[k], len(layers), f"{layers[k].name}: {values[k]:.5f}")
+            title += f" (lowest: {layers[k].name})"
+        else:
+            worst.set_data([], [])
+            note.set_text("no finite value")
+        ax.set_title(title, fontsize=10)
+        canvas.restore_region(background)
+        for artist in dynamic:
+            ax.draw_artist(artist)
+        pngs.append(_canvas_png(canvas))
+    return pngs
+
+
+def _place(note, k: int, y: float, n: int, text: str) -> None:
+    """Put an annotation just above point ``k``, on the side where there is room."""
+    right = k > 0.6 * n
+    note.xy = (k, y)
+    note.set_position((-8 if right else 8, 4))
+    note.set_horizontalalignment("right" if right else "left")
+    note.set_text(text)
+
+
+def _canvas_png(canvas: FigureCanvasAgg) -> bytes:
+    """The canvas as drawn so far, as an RGB PNG (Pillow ships with matplotlib)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.asarray(canvas.buffer_rgba())[..., :3]).save(buf, format="png", compress_level=3)
+    return buf.getvalue()
+
+
+def summary_png(report: SimilarityReport) -> bytes:
+    """Mean cosine per layer (coloured by error class), the min-max band across samples,
+    each layer's worst sample, the local cosine, and the overall worst point annotated."""
+    layers = _ordered(report)
+    matrix = cosine_matrix(report)
+    fig, ax = _layer_axes([layer.name for layer in layers])
+    x = np.arange(len(layers))
+    ax.axhline(1.0, color="0.4", lw=0.8, ls="--")
+    has = np.isfinite(matrix).any(axis=1) if matrix.size else np.zeros(len(layers), bool)
+    safe = np.where(np.isfinite(matrix), matrix, np.inf)
+    lows = np.array([safe[i].min() if has[i] else _nan(lay.cosine_min) for i, lay in enumerate(layers)])
+    highs = np.array([np.nanmax(matrix[i]) if has[i] else np.nan for i in range(len(layers))])
+    means = np.array([_nan(lay.cosine_mean) for lay in layers])
+    row_means = np.array([np.nanmean(matrix[i]) if has[i] else np.nan for i in range(len(layers))])
+    means = np.where(np.isfinite(means), means, row_means)
+    worst_sample = [
+        int(np.argmin(safe[i])) if has[i] else layer.worst_sample for i, layer in enumerate(layers)
+    ]
+    local = np.array([_nan(lay.local_cosine_mean) for lay in layers])
+    band = np.isfinite(lows) & np.isfinite(highs)
+    ax.fill_between(x, np.where(band, lows, 0), np.where(band, highs, 0), where=band, color="tab:blue", alpha=0.2,
+                    lw=0, label=f"min-max over {matrix.shape[1]} samples")  # fmt: skip
+    ax.plot(x, means, "-", lw=1, color="tab:blue", label="mean (accumulated)")
+    colours = [CLASS_COLOURS.get(_error_class(layer) or "", "0.5") for layer in layers]
+    ax.scatter(x, means, c=colours, s=14, zorder=3)
+    ax.plot(x, lows, "v", ms=3, color="0.3", label="worst sample per layer")
+    if np.isfinite(local).any():
+        ax.plot(x, local, "--", lw=0.8, color="tab:purple", label="mean (local: float input)")
+    if np.isfinite(lows).any():
+        k = int(np.nanargmin(lows))
+        ax.plot([k], [lows[k]], "v", ms=9, color="tab:red", zorder=4)
+        note = ax.annotate(
+            "", (0, 1), xytext=(8, 4), textcoords="offset points", fontsize=8, color="tab:red", zorder=5
+        )
+        _place(
+            note, k, lows[k], len(layers), f"worst: {layers[k].name}, sample {worst_sample[k]}: {lows[k]:.5f}"
+        )
+    for cls, colour in CLASS_COLOURS.items():
+        ax.scatter([], [], c=colour, s=14, label=f"error {cls}")
+    ax.set_ylim(*_ylim(lows, highs, means, local))
+    height = fig.get_figheight()
+    fig.subplots_adjust(top=1 - 0.9 / height)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=7, ncol=4, frameon=False)
+    fig.suptitle(
+        f"cosine similarity per layer over {matrix.shape[1]} samples, quantized vs float model",
+        fontsize=10,
+        y=0.995,
+    )
+    return figure_to_png(fig, dpi=DPI)
+
+
+# ---------------------------------------------------------------- filters
+def filter_nodes(graph: Graph, limit: int = FILTER_LAYERS) -> list[Node]:
+    """The first ``limit`` convolutions with a 4-D kernel, in topological order."""
+    convs = [n for n in graph.find([OpKind.CONV]) if np.ndim(n.weights.get("kernel")) == 4]
+    return convs[:limit]
+
+
+def filter_tiles(kernel: np.ndarray, out_axes: tuple[int, ...]) -> np.ndarray:
+    """(filters, kh, kw): the first input channel of each output channel's filter.
+
+    PyTorch kernels are (out, in, kh, kw) with ``out_axes`` (0,); Keras kernels are
+    (kh, kw, in, out) with (3,) (depthwise (kh, kw, in, mult) with (2, 3)).
+    """
+    k = np.asarray(kernel, dtype=np.float64)
+    axes = tuple(a % 4 for a in out_axes) or (0,)
+    spatial = (0, 1) if min(axes) >= 2 else (2, 3)
+    rest = tuple(a for a in range(4) if a not in axes and a not in spatial)
+    moved = np.transpose(k, axes + rest + spatial)
+    n_out = int(np.prod([k.shape[a] for a in axes]))
+    return moved.reshape(n_out, -1, k.shape[spatial[0]], k.shape[spatial[1]])[:, 0]
+
+
+def tile_grid(tiles: np.ndarray) -> np.ndarray:
+    """Tiles (n, h, w) laid out in a near-square grid, separated by NaN (drawn as background)."""
+    n, h, w = tiles.shape
+    cols = max(1, math.ceil(math.sqrt(n)))
+    rows = max(1, math.ceil(n / cols))
+    grid = np.full((rows * (h + 1) - 1, cols * (w + 1) - 1), np.nan)
+    for i, tile in enumerate(tiles):
+        r, c = divmod(i, cols)
+        grid[r * (h + 1) : r * (h + 1) + h, c * (w + 1) : c * (w + 1) + w] = tile
+    return grid
+
+
+def filters_png(node: Node, max_filters: int = MAX_FILTERS) -> bytes:
+    """Float filters beside their quantized version; each filter pair is scaled by the
+    float filter's max |w|, so rounding and clipping show as colour changes."""
+    kernel = np.nan_to_num(np.asarray(node.weights["kernel"], dtype=np.float64), posinf=0.0, neginf=0.0)
+    out_axes = tuple(node.kernel_axes.get("kernel", (0,)))
+    wq = node.quant.weights.get("kernel")
+    quantize = wq is not None and wq.grid is not None
+    panels = [("float" if quantize else "float (weights not quantized)", filter_tiles(kernel, out_axes))]
+    if quantize:
+        quantized = fake_quant(kernel, wq.grid, tuple(wq.channel_axes))
+        panels.append((f"quantized ({wq.n_bits} bit)", filter_tiles(quantized, out_axes)))
+    total = panels[0][1].shape[0]
+    scale = np.max(np.abs(panels[0][1][:max_filters]), axis=(1, 2), keepdims=True)
+    scale = np.where(scale > 0, scale, 1.0)
+    fig = Figure(figsize=(3.4 * len(panels), 3.9), dpi=DPI)
+    FigureCanvasAgg(fig)
+    cmap = _diverging()
+    for i, (title, tiles) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), i + 1)
+        ax.imshow(tile_grid(tiles[:max_filters] / scale), cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
+        ax.set_title(title, fontsize=9)
+        ax.set_axis_off()
+    shown = min(total, max_filters)
+    fig.suptitle(f"{_short(node.name)}: {shown} of {total} filters, input channel 0\n"
+                 "each filter scaled by its float max |w|", fontsize=8)  # fmt: skip
+    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.82, wspace=0.05)
+    return figure_to_png(fig, dpi=DPI)
+
+
+def _diverging():
+    from matplotlib import colormaps
+
+    cmap = colormaps["RdBu_r"].copy()
+    cmap.set_bad("0.85")
+    return cmap
+
+
+# ---------------------------------------------------------------- histograms and table
+def pair_histograms(
+    pair: PairHistogram,
+) -> tuple[summary_pb2.HistogramProto, summary_pb2.HistogramProto] | None:
+    """Float and quantized histograms on identical buckets (the pair's non-empty range).
+
+    `histogram_proto` drops each tensor's own empty end buckets; here both keep the
+    buckets of the union range, so the two charts line up. None if nothing to show.
+    """
+    edges = np.asarray(pair.edges, dtype=np.float64)
+    counts = [np.asarray(c, dtype=np.float64) for c in (pair.float_counts, pair.quantized_counts)]
+    if edges.ndim != 1 or not np.isfinite(edges).all() or any(c.shape != (edges.size - 1,) for c in counts):
+        return None
+    counts = [np.where(np.isfinite(c) & (c > 0), c, 0.0) for c in counts]
+    nonzero = np.flatnonzero(counts[0] + counts[1])
+    if nonzero.size == 0:
+        return None
+    lo, hi = int(nonzero[0]), int(nonzero[-1])
+    sub_edges = edges[lo : hi + 2]
+    protos = []
+    for c in counts:
+        sub = c[lo : hi + 1]
+        proto = histogram_proto(sub, sub_edges, min=sub_edges[0], max=sub_edges[-1])
+        proto.min, proto.max = float(sub_edges[0]), float(sub_edges[-1])
+        proto.ClearField("bucket_limit")
+        proto.ClearField("bucket")
+        proto.bucket_limit.extend(sub_edges[1:].tolist())
+        proto.bucket.extend(sub.tolist())
+        protos.append(proto)
+    return protos[0], protos[1]
+
+
+def _name(name: str) -> str:
+    return "`" + name.replace("`", "'").replace("|", "\\|") + "`"
+
+
+def _bits(layer: LayerSimilarity) -> str:
+    return f"{layer.weights_bits or '-'}/{layer.activation_bits or '-'}"
+
+
+def report_markdown(report: SimilarityReport) -> str:
+    """The ranked table, worst layer first, for the Text dashboard."""
+    low, medium = ERROR_CLASS_THRESHOLDS_DB["low"], ERROR_CLASS_THRESHOLDS_DB["medium"]
+    lines = [
+        f"**{len(report.layers)} layers compared on {report.samples} samples, worst first** "
+        "(ranked by local SQNR, accumulated where a layer has no local value). "
+        "*Accumulated*: quantized model vs float model at this layer; *local*: this layer "
+        f"alone quantized, fed the float input. Error class: low ≥ {low:g} dB, medium "
+        f"{medium:g}–{low:g} dB, high < {medium:g} dB.",
+        "",
+        "| rank | layer | type | cosine mean | cosine min | SQNR dB | local SQNR dB | MSE | local MSE "
+        "| weight threshold max | activation threshold | % clipped | bits W/A | error |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---|",
+    ]
+    for rank, layer in enumerate(report.ranked(), start=1):
+        cells = [
+            str(rank), _name(layer.name), _name(layer.layer_type),
+            _fmt(layer.cosine_mean, ".5f"), _fmt(layer.cosine_min, ".5f"),
+            _fmt(layer.sqnr_db, ".1f"), _fmt(layer.local_sqnr_db, ".1f"),
+            _fmt(layer.mse, ".3g"), _fmt(layer.local_mse, ".3g"),
+            _fmt(layer.weights_threshold_max, ".4g"), _fmt(layer.activation_threshold, ".4g"),
+            _fmt(layer.clipped_percent, ".2f"), _bits(layer),
+            _error_class(layer) or "n/a",
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
