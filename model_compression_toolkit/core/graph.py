@@ -11,9 +11,9 @@ through the methods here, and `validate` checks the invariants after each.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 import copy
 import dataclasses
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any

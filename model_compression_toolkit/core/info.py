@@ -12,6 +12,7 @@ import numpy as np
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.memory import graph_memory, total
 from model_compression_toolkit.core.quant_config import QuantGrid
+from model_compression_toolkit.core.report import SimilarityReport
 
 
 def _floats(values: Any) -> list[float] | float | None:
@@ -117,7 +118,9 @@ class QuantizationInfo:
         memory: weight and activation memory before and after quantization.
         log_folder: this call's run folder, or None when logging is off.
         warnings: the warnings shown during the call.
-        extra: results of later analyses (similarity report, tuning, mixed precision).
+        similarity: the float vs quantized comparison, when it ran (a log folder is set
+            and ``DebugConfig.analyze_similarity``).
+        extra: results of later analyses (tuning, mixed precision).
     """
 
     framework: str
@@ -128,6 +131,7 @@ class QuantizationInfo:
     memory: MemorySummary
     log_folder: Path | None = None
     warnings: list[str] = field(default_factory=list)
+    similarity: SimilarityReport | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -152,4 +156,5 @@ class QuantizationInfo:
         """Everything as JSON-serialisable values (no NaN or inf)."""
         out = asdict(self)
         out["log_folder"] = str(self.log_folder) if self.log_folder else None
+        out["similarity"] = self.similarity.to_dict() if self.similarity else None
         return out

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from model_compression_toolkit.core.analysis import analyze
 from model_compression_toolkit.core.backend import Backend, get_backend
 from model_compression_toolkit.core.config import CoreConfig
 from model_compression_toolkit.core.data import RepresentativeData
@@ -32,6 +34,22 @@ from model_compression_toolkit.errors import ConfigurationError
 from model_compression_toolkit.logger import ptq_run
 
 LOG = logging.getLogger("model_compression_toolkit")
+_PRODUCED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # quantized model -> its graph
+
+
+def remember(q_model: Any, graph: Graph) -> None:
+    """Keep the graph a quantized model was built from, for a later standalone analysis."""
+    try:
+        _PRODUCED[q_model] = graph
+    except TypeError:  # a model type that cannot be weakly referenced: nothing to remember
+        pass
+
+
+def produced_graph(q_model: Any) -> Graph | None:
+    try:
+        return _PRODUCED.get(q_model)
+    except TypeError:
+        return None
 
 
 def check_core_config(core_config: CoreConfig | None) -> CoreConfig:
@@ -108,6 +126,7 @@ def _pipeline(backend, graph: Graph, read_warnings: list[str], data, config: Cor
     for message in read_warnings:
         _warn(shown, message)
     _report(run.sink, "initial_graph", graph)
+    initial = graph.copy()  # the user's model as read: the float side of the similarity analysis
     prepare_graph(graph, qc)
     _report(run.sink, "after_graph_preparation", graph)
     stats = collect_statistics(backend, graph, data, qc.histogram_bins)
@@ -123,8 +142,27 @@ def _pipeline(backend, graph: Graph, read_warnings: list[str], data, config: Cor
     select_thresholds(graph, stats, qc.l_p_value)
     _report(run.sink, "thresholds_selection", graph, statistics=stats)
     q_model = backend.build(graph, quantized=True)
-    _report(run.sink, "quantized_graph", graph, quantized=True, statistics=stats, quantized_weights=quantized_weights(graph))
+    remember(q_model, graph)
+    similarity = None
+    debug = config.debug_config
+    if debug.analyze_similarity and run.folder is not None:
+        similarity = analyze(
+            backend, initial, graph, data, debug.similarity_samples, debug.similarity_memory_cap, stats
+        )
+        similarity.report.write(run.folder)
+        LOG.info(similarity.report.summary())
+    _report(
+        run.sink,
+        "quantized_graph",
+        graph,
+        quantized=True,
+        statistics=stats,
+        quantized_weights=quantized_weights(graph),
+        similarity=similarity,
+    )
     info = QuantizationInfo.of(graph, model_name, run.folder, shown)
+    if similarity is not None:
+        info.similarity = similarity.report
     LOG.info(
         "quantized %s: weights %.1f KiB -> %.1f KiB, %d layers kept in float%s",
         model_name,

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import inspect
+import keyword
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -102,6 +104,12 @@ class _Targets:
         )
 
 
+def _identifier(name: str) -> str:
+    """A valid Python name for a placeholder made by the core (``2__in0__local`` -> ``in_2__in0__local``)."""
+    clean = re.sub(r"\W", "_", name)
+    return clean if clean.isidentifier() and not keyword.iskeyword(clean) else f"in_{clean}"
+
+
 def build(graph: Graph, quantized: bool, extra_outputs: Sequence[str] = ()) -> fx.GraphModule:
     """A model computing ``graph`` (see the module docstring), in eval mode on the CPU.
 
@@ -121,7 +129,8 @@ def build(graph: Graph, quantized: bool, extra_outputs: Sequence[str] = ()) -> f
     for name in graph.inputs:
         payload = graph.node(name).payload or {}
         default = payload["args"][0] if payload.get("args") else inspect.Signature.empty
-        values[name] = fx_graph.placeholder(payload.get("target", name), default_value=default)
+        target = payload.get("target") or _identifier(name)
+        values[name] = fx_graph.placeholder(target, default_value=default)
     for node in graph.nodes():
         if node.name in values:
             continue

@@ -363,9 +363,7 @@ def filters_png(node: Node, max_filters: int = MAX_FILTERS) -> bytes:
 def _diverging():
     from matplotlib import colormaps
 
-    cmap = colormaps["RdBu_r"].copy()
-    cmap.set_bad("0.85")
-    return cmap
+    return colormaps["RdBu_r"].with_extremes(bad="0.85")
 
 
 # ---------------------------------------------------------------- histograms and table
