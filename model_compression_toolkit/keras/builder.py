@@ -72,7 +72,10 @@ def build(graph: Graph, quantized: bool, extra_outputs: Sequence[str] = ()) -> k
     tensors: dict[str, list[Any]] = {}
     for node in graph.nodes():
         if node.kind == OpKind.INPUT:
-            spec = node.payload
+            spec = node.payload or {  # an input made by the core: its shape and dtype are on the node
+                "batch_shape": node.output_shapes[0],
+                "dtype": node.attrs.get("dtype", "float32"),
+            }
             outs = [
                 keras.Input(shape=spec["batch_shape"][1:], dtype=spec["dtype"], name=names.take(node.name))
             ]
