@@ -116,3 +116,42 @@ def keras_predict(model):
         return np.asarray(model(batch, training=False))
 
     return predict
+
+
+# ------------------------------------------------------------------------ a layer that quantizes badly
+def torch_with_bad_layer(model):
+    """A copy of the PyTorch digits CNN with a layer that quantizes badly, and that layer's ReLU.
+
+    The first block's channel 0 is switched off (batch norm gamma 0, beta -1, so its ReLU
+    always outputs 0), and the second conv gets a weight 1000x its largest on that dead
+    channel. The float model computes exactly as before; quantized per tensor, that conv's
+    other weights all round to zero.
+    """
+    import copy
+
+    import torch
+
+    bad = copy.deepcopy(model)
+    with torch.no_grad():
+        bad[1].weight[0], bad[1].bias[0] = 0.0, -1.0
+        w = bad[3].weight
+        w[0, 0, 0, 0] = 1000 * w.abs().max()
+    return bad, "5"
+
+
+def keras_with_bad_layer(model):
+    """The Keras version of `torch_with_bad_layer`."""
+    import keras
+
+    bad = keras.models.clone_model(model)
+    bad.set_weights(model.get_weights())
+    bn = [layer for layer in bad.layers if isinstance(layer, keras.layers.BatchNormalization)][0]
+    gamma, beta, mean, var = bn.get_weights()
+    gamma[0], beta[0] = 0.0, -1.0
+    bn.set_weights([gamma, beta, mean, var])
+    conv = [layer for layer in bad.layers if isinstance(layer, keras.layers.Conv2D)][1]
+    kernel = conv.get_weights()[0]
+    kernel[0, 0, 0, 0] = 1000 * np.abs(kernel).max()
+    conv.set_weights([kernel, *conv.get_weights()[1:]])
+    relus = [layer.name for layer in bad.layers if isinstance(layer, keras.layers.ReLU)]
+    return bad, relus[1]

@@ -341,7 +341,10 @@ def filters_png(node: Node, max_filters: int = MAX_FILTERS) -> bytes:
     panels = [("float" if quantize else "float (weights not quantized)", filter_tiles(kernel, out_axes))]
     if quantize:
         quantized = fake_quant(kernel, wq.grid, tuple(wq.channel_axes))
-        panels.append((f"quantized ({wq.n_bits} bit)", filter_tiles(quantized, out_axes)))
+        peak = float(np.max(np.abs(kernel))) or 1.0
+        error = float(np.max(np.abs(quantized - kernel))) / peak
+        title = f"quantized ({wq.n_bits} bit), max |error| {100 * error:.2g}% of max |w|"
+        panels.append((title, filter_tiles(quantized, out_axes)))
     total = panels[0][1].shape[0]
     scale = np.max(np.abs(panels[0][1][:max_filters]), axis=(1, 2), keepdims=True)
     scale = np.where(scale > 0, scale, 1.0)
@@ -351,7 +354,7 @@ def filters_png(node: Node, max_filters: int = MAX_FILTERS) -> bytes:
     for i, (title, tiles) in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), i + 1)
         ax.imshow(tile_grid(tiles[:max_filters] / scale), cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title, fontsize=8)
         ax.set_axis_off()
     shown = min(total, max_filters)
     fig.suptitle(f"{_short(node.name)}: {shown} of {total} filters, input channel 0\n"
@@ -363,7 +366,7 @@ def filters_png(node: Node, max_filters: int = MAX_FILTERS) -> bytes:
 def _diverging():
     from matplotlib import colormaps
 
-    return colormaps["RdBu_r"].with_extremes(bad="0.85")
+    return colormaps["RdBu_r"].with_extremes(bad="0.2")
 
 
 # ---------------------------------------------------------------- histograms and table
@@ -389,7 +392,7 @@ def pair_histograms(
     for c in counts:
         sub = c[lo : hi + 1]
         proto = histogram_proto(sub, sub_edges, min=sub_edges[0], max=sub_edges[-1])
-        proto.min, proto.max = float(sub_edges[0]), float(sub_edges[-1])
+        proto.min, proto.max = float(sub_edges[0]), float(sub_edges[-1])  # also when ``sub`` is all zero
         proto.ClearField("bucket_limit")
         proto.ClearField("bucket")
         proto.bucket_limit.extend(sub_edges[1:].tolist())
@@ -420,7 +423,8 @@ def report_markdown(report: SimilarityReport) -> str:
         "| weight threshold max | activation threshold | % clipped | bits W/A | error |",
         "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---|",
     ]
-    for rank, layer in enumerate(report.ranked(), start=1):
+    ranked = sorted(report.ranked(), key=lambda layer: _error_class(layer) is None)  # unknown SQNR last
+    for rank, layer in enumerate(ranked, start=1):
         cells = [
             str(rank), _name(layer.name), _name(layer.layer_type),
             _fmt(layer.cosine_mean, ".5f"), _fmt(layer.cosine_min, ".5f"),

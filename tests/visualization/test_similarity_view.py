@@ -109,9 +109,9 @@ def write(tmp_path: Path, result: SimilarityResult, graph: Graph) -> dict[str, e
     return loaded
 
 
-@pytest.fixture
-def logs(tmp_path):
-    return write(tmp_path, make_result(), make_graph())
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    return write(tmp_path_factory.mktemp("similarity"), make_result(), make_graph())
 
 
 # ---------------------------------------------------------------- the similarity run
@@ -210,6 +210,8 @@ def test_nan_and_inf_are_never_written(tmp_path):
     assert "dense/float" not in main.Tags()["histograms"]  # non-finite edges: nothing to show
     text = main.Tensors("similarity/report")[0].tensor_proto.string_val[0].decode().lower()
     assert "nan" not in text and "inf" not in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert "`conv2`" in rows[-1] and rows[-1].rstrip(" |").endswith("n/a")  # unknown SQNR ranked last
     assert len(main.Tags()["images"]) == SAMPLES + 3
 
     devices = sim.error_devices(result.report)
@@ -219,6 +221,16 @@ def test_nan_and_inf_are_never_written(tmp_path):
     assert all(
         isinstance(v, str) or math.isfinite(v) for layer_attrs in attrs.values() for v in layer_attrs.values()
     )
+
+
+def test_empty_report_writes_a_summary_and_no_samples(tmp_path):
+    logs = write(tmp_path, SimilarityResult(SimilarityReport(samples=0, layers=[])), make_graph())
+    assert set(logs["similarity"].Tags()["images"]) == {
+        "cosine_similarity/summary",
+        "filters/conv1",
+        "filters/conv2",
+    }
+    assert logs["similarity/accumulated"].Tags()["scalars"] == []
 
 
 def test_all_nan_sample_still_plots():

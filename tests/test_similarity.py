@@ -1,0 +1,121 @@
+"""Float vs quantized, layer by layer: the damaged layer is found, and the report reads back."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import model_compression_toolkit as mct
+from model_compression_toolkit.core.metrics import SQNR_CEILING_DB
+from tests.tb import load, run_folders
+from tutorials import digits
+from tutorials.digits import representative_dataset
+
+PER_TENSOR = mct.core.CoreConfig(
+    quantization_config=mct.core.QuantizationConfig(
+        weights_per_channel=False, weights_error_method=mct.core.QuantizationErrorMethod.NOCLIPPING
+    )
+)
+
+
+def damaged_copy(fw, model):
+    """(copy with a layer that quantizes badly, the compare point that layer's output reaches)."""
+    return digits.torch_with_bad_layer(model) if fw.name == "pytorch" else digits.keras_with_bad_layer(model)
+
+
+def test_a_layer_damaged_by_quantization_ranks_first_by_local_error(fw, trained_digits, tmp_path):
+    model, x_train, _, _ = trained_digits
+    damaged, culprit = damaged_copy(fw, model)
+    mct.set_log_folder(tmp_path)
+    _, info = fw.ptq(damaged, representative_dataset(x_train), PER_TENSOR)
+    ranked = info.similarity.ranked()
+    assert ranked[0].name == culprit, [(r.name, r.local_sqnr_db) for r in ranked[:4]]
+    worst = ranked[0]
+    assert worst.local_sqnr_db < 15 and worst.error_class == "high"
+    # layers after it inherit the damage (accumulated) but are fine alone (local)
+    after = [layer for layer in info.similarity.layers if layer.position > worst.position and layer.local_sqnr_db]
+    assert after and all(layer.local_sqnr_db > worst.local_sqnr_db + 10 for layer in after)
+    assert any(layer.sqnr_db < 20 for layer in after)
+
+
+def test_report_files_match_info_and_hold_no_nan(fw, trained_digits, tmp_path):
+    model, x_train, _, _ = trained_digits
+    mct.set_log_folder(tmp_path)
+    _, info = fw.ptq(model, representative_dataset(x_train))
+    (run,) = run_folders(tmp_path)
+
+    def no_constants(name):
+        raise AssertionError(f"{name} in the JSON report")
+
+    report = json.loads((run / "similarity_report.json").read_text(), parse_constant=no_constants)
+    assert report["samples"] == 20
+    assert [row["name"] for row in report["layers"]] == [layer.name for layer in info.similarity.ranked()]
+    assert all(len(row["cosine_per_sample"]) == 20 for row in report["layers"])
+    assert all(-1 <= row["cosine_mean"] <= 1 and row["sqnr_db"] <= SQNR_CEILING_DB for row in report["layers"])
+    outputs = [row for row in report["layers"] if row["is_output"]]
+    assert len(outputs) == 1
+    csv_lines = (run / "similarity_report.csv").read_text().splitlines()
+    assert len(csv_lines) == len(report["layers"]) + 1 and "local_sqnr_db" in csv_lines[0]
+    assert "nan" not in (run / "similarity_report.csv").read_text().lower()
+    json.dumps(info.to_dict(), allow_nan=False)
+
+
+def test_similarity_reads_back_from_tensorboard(fw, trained_digits, tmp_path):
+    model, x_train, _, _ = trained_digits
+    mct.set_log_folder(tmp_path)
+    _, info = fw.ptq(model, representative_dataset(x_train))
+    (run,) = run_folders(tmp_path)
+    acc = load(run / "similarity")
+    images = acc.Tags()["images"]
+    assert {f"cosine_similarity/sample_{i}" for i in range(20)} <= set(images)
+    assert "cosine_similarity/summary" in images
+    assert any(tag.startswith("filters/") for tag in images)
+    histograms = acc.Tags()["histograms"]
+    for layer in info.similarity.layers:
+        f, q = acc.Histograms(f"{layer.name}/float"), acc.Histograms(f"{layer.name}/quantized")
+        assert list(f[0].histogram_value.bucket_limit) == list(q[0].histogram_value.bucket_limit)
+    assert len(histograms) == 2 * len(info.similarity.layers)
+    assert acc.Tags()["tensors"]  # the ranked text table
+    for kind in ("accumulated", "local"):
+        scalars = load(run / "similarity" / kind)
+        assert {"similarity/cosine", "similarity/sqnr_db", "similarity/mse"} <= set(scalars.Tags()["scalars"])
+    steps = [e.step for e in load(run / "similarity" / "accumulated").Scalars("similarity/sqnr_db")]
+    assert steps == sorted(layer.position for layer in info.similarity.layers)
+    graph = load(run / "quantized_graph").Graph()
+    devices = {n.name: n.device for n in graph.node}
+    for layer in info.similarity.layers:
+        assert devices[layer.name] == f"error:{layer.error_class}"
+
+
+def test_analysis_can_be_switched_off(fw, trained_digits, tmp_path):
+    model, x_train, _, _ = trained_digits
+    mct.set_log_folder(tmp_path)
+    config = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+    _, info = fw.ptq(model, representative_dataset(x_train), config)
+    (run,) = run_folders(tmp_path)
+    assert info.similarity is None
+    assert not (run / "similarity").exists() and not (run / "similarity_report.json").exists()
+
+
+def test_small_memory_cap_gives_the_same_report_in_chunks(fw, trained_digits, tmp_path):
+    model, x_train, _, _ = trained_digits
+    mct.set_log_folder(tmp_path)
+    _, big = fw.ptq(model, representative_dataset(x_train))
+    small_cap = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(similarity_memory_cap=1 << 20, similarity_samples=7))
+    _, small = fw.ptq(model, representative_dataset(x_train), small_cap)
+    assert small.similarity.samples == 7
+    for a, b in zip(big.similarity.layers, small.similarity.layers):
+        assert a.name == b.name
+        np.testing.assert_allclose(a.cosine_per_sample[:7], b.cosine_per_sample, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("samples", [1, 33])
+def test_sample_count_is_respected_even_across_batches(fw, trained_digits, tmp_path, samples):
+    model, x_train, _, _ = trained_digits
+    mct.set_log_folder(tmp_path)
+    config = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(similarity_samples=samples))
+    _, info = fw.ptq(model, representative_dataset(x_train, 5, 16), config)
+    assert info.similarity.samples == samples
+    assert all(len(layer.cosine_per_sample) == samples for layer in info.similarity.layers)
