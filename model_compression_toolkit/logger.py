@@ -113,7 +113,7 @@ class RunContext:
 
         Writers are closed when the run ends; write failures warn and never raise.
         """
-        from model_compression_toolkit.visualization.tensorboard import NullRunWriter
+        from model_compression_toolkit.visualization.event_file import NullRunWriter
 
         if self.folder is None or not hasattr(self.sink, "writer"):
             return NullRunWriter()

@@ -28,7 +28,8 @@ from model_compression_toolkit.core.analysis import PairHistogram, SimilarityRes
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quantizers import fake_quant
 from model_compression_toolkit.core.report import ERROR_CLASS_THRESHOLDS_DB, LayerSimilarity, SimilarityReport
-from model_compression_toolkit.visualization.tensorboard import RunWriter, figure_to_png, histogram_proto
+from model_compression_toolkit.visualization.event_file import RunWriter
+from model_compression_toolkit.visualization.tensorboard import figure_to_png, histogram_proto
 
 DPI = 90
 MAX_FILTERS = 64

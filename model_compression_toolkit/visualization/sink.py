@@ -29,10 +29,9 @@ import numpy as np
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.stage import NodeMemory, StageReport
 from model_compression_toolkit.logger import safe_run_path
+from model_compression_toolkit.visualization.event_file import NullRunWriter, RunWriter
 from model_compression_toolkit.visualization.tensorboard import (
     RESOURCES_TAG,
-    NullRunWriter,
-    RunWriter,
     graph_def,
     histogram_from_values,
     histogram_proto,

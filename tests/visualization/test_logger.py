@@ -13,7 +13,7 @@ from model_compression_toolkit import logger as mct_logger
 from model_compression_toolkit.core.stage import STAGES, NullSink
 from model_compression_toolkit.errors import LogFolderError
 from model_compression_toolkit.logger import get_log_folder, ptq_run, set_log_folder
-from model_compression_toolkit.visualization import tensorboard as tb
+from model_compression_toolkit.visualization import event_file as ef
 from model_compression_toolkit.visualization.sink import TensorBoardSink
 from tests.visualization.test_tensorboard import load, make_graph, make_reports
 
@@ -176,7 +176,7 @@ def test_a_write_failure_warns_with_the_path_and_quantization_goes_on(tmp_path, 
     with warnings.catch_warnings(record=True) as caught, ptq_run("m") as run:
         warnings.simplefilter("always")
         run.sink.stage(reports[0])
-        monkeypatch.setattr(tb._RecordFile, "write", _disk_full)
+        monkeypatch.setattr(ef._File, "write", _disk_full)
         for report in reports[1:]:
             run.sink.stage(report)  # must not raise
         w = run.writer("similarity")
@@ -194,9 +194,9 @@ def test_a_write_failure_warns_with_the_path_and_quantization_goes_on(tmp_path, 
 
 
 def test_a_failing_writer_thread_does_not_print_a_traceback(tmp_path, monkeypatch, capfd):
-    monkeypatch.setattr(tb._RecordFile, "write", _raising_write)
+    monkeypatch.setattr(ef._File, "write", _raising_write)
     seen = []
-    w = tb.RunWriter(tmp_path / "r", on_error=lambda p, e: seen.append(e))
+    w = ef.RunWriter(tmp_path / "r", on_error=lambda p, e: seen.append(e))
     w.add_scalar("x", 1.0)
     w.close()
     assert seen and isinstance(seen[0], OSError)

@@ -16,7 +16,8 @@ from model_compression_toolkit.core.quant_config import NodeQuantConfig, Weights
 from model_compression_toolkit.core.quantizers import symmetric_grid
 from model_compression_toolkit.core.report import LayerSimilarity, SimilarityReport
 from model_compression_toolkit.visualization import similarity as sim
-from model_compression_toolkit.visualization.tensorboard import RunWriter, png_size
+from model_compression_toolkit.visualization.event_file import RunWriter
+from model_compression_toolkit.visualization.tensorboard import png_size
 
 SYM, MSE = QuantizationMethod.SYMMETRIC, QuantizationErrorMethod.MSE
 SAMPLES = 20

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -10,12 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from tensorboard.backend.event_processing import event_accumulator as ea
 from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
 from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as reference_crc
 
 from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
@@ -27,6 +23,7 @@ from model_compression_toolkit.core.quant_config import (
 from model_compression_toolkit.core.stage import STAGES, NodeMemory, StageReport
 from model_compression_toolkit.core.statistics import NodeStatistics
 from model_compression_toolkit.logger import ptq_run, safe_run_path, set_log_folder
+from model_compression_toolkit.visualization import event_file as ef
 from model_compression_toolkit.visualization import tensorboard as tb
 from model_compression_toolkit.visualization.sink import TensorBoardSink
 
@@ -141,28 +138,17 @@ def write_run(tmp_path: Path, g: Graph | None = None, model_name: str = "tiny") 
     return run.folder, g, acts
 
 
-# ---------------------------------------------------------------- CRC and framing
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.binary(min_size=4, max_size=3000), min_size=1, max_size=6))
-def test_crc_matches_tensorboard(buffers):
-    assert tb.masked_crc32c(buffers) == [reference_crc(b) for b in buffers]
-
-
-def test_crc_of_large_buffers_matches_tensorboard():
-    buffers = [os.urandom(n) for n in (32, 33, 4095, 100_003)]
-    assert tb.masked_crc32c(buffers) == [reference_crc(b) for b in buffers]
-
-
-def test_scalar_series_payloads_are_the_events_protobuf_would_write():
-    series = {"a/b": np.arange(200, dtype=np.float32), "é c": np.array([1.5, -2.0])}
-    payloads = tb.scalar_series_payloads(series, 123.25)
-    assert len(payloads) == 200
-    for step in (0, 1, 127, 128, 199):
+# ---------------------------------------------------------------- scalar series
+def test_scalar_series_events_put_every_tag_of_a_step_in_one_event():
+    series = {"a/b": np.arange(200, dtype=np.float32), "é c": np.array([1.5, np.nan, -2.0])}
+    events = ef.scalar_series_events(series, 123.25)
+    assert len(events) == 200
+    for step in (0, 1, 2, 199):
         expected = event_pb2.Event(wall_time=123.25, step=step)
         for tag, values in series.items():
-            if step < values.size:
+            if step < values.size and np.isfinite(values[step]):
                 expected.summary.value.add(tag=tag, simple_value=float(values[step]))
-        assert event_pb2.Event.FromString(payloads[step]) == expected
+        assert events[step] == expected
 
 
 # ---------------------------------------------------------------- pure builders
@@ -357,8 +343,10 @@ def test_extra_runs_and_images_through_the_run_context(tmp_path):
     assert w.disabled or w._file is None  # closed with the run
 
 
-def test_stage_writing_is_fast_for_a_wide_model(tmp_path):
-    """60 layers, 2048-bin histograms, 2048 channels: the stage and its three scalar runs."""
+def test_a_wide_model_gets_every_channel_of_every_layer(tmp_path):
+    """60 layers, 2048-bin histograms, 2048 channels: the stage and its three scalar runs.
+
+    (How long this takes is measured in bench/, not asserted here.)"""
     rng = np.random.default_rng(3)
     g = Graph("wide", "keras")
     prev = None
@@ -393,14 +381,9 @@ def test_stage_writing_is_fast_for_a_wide_model(tmp_path):
     g.inputs, g.outputs = ["block_0/conv"], [(prev, 0)]
     memory = make_memory(g)
     sink = TensorBoardSink(tmp_path)
-    t0 = time.perf_counter()
     sink.stage(StageReport("initial_graph", g, memory))
-    t1 = time.perf_counter()
     sink.stage(StageReport("after_statistics_collection", g, memory, statistics=stats))
-    t2 = time.perf_counter()
     sink.close()
-    assert t1 - t0 < 0.2
-    assert t2 - t1 < 1.5  # histograms plus 3 x 60 x 2048 per-channel scalars
     acc = load(tmp_path / "after_statistics_collection" / "max_per_channel")
     assert len(acc.Scalars("block_59/conv")) == 2048
 
@@ -408,7 +391,7 @@ def test_stage_writing_is_fast_for_a_wide_model(tmp_path):
 def test_writing_does_not_import_tensorflow(tmp_path):
     code = (
         "import sys\n"
-        "from model_compression_toolkit.visualization.tensorboard import RunWriter\n"
+        "from model_compression_toolkit.visualization.event_file import RunWriter\n"
         f"w = RunWriter({str(tmp_path)!r}); w.add_scalar('x', 1.0); w.close()\n"
         "assert 'tensorflow' not in sys.modules and 'torch' not in sys.modules, 'framework imported'\n"
     )
@@ -418,16 +401,16 @@ def test_writing_does_not_import_tensorflow(tmp_path):
 
 def test_run_writer_raises_without_on_error_and_reports_with_it(tmp_path, monkeypatch):
     seen = []
-    w = tb.RunWriter(tmp_path / "r", on_error=lambda p, e: seen.append((p, e)))
-    monkeypatch.setattr(tb._RecordFile, "write", _disk_full)
+    w = ef.RunWriter(tmp_path / "r", on_error=lambda p, e: seen.append((p, e)))
+    monkeypatch.setattr(ef._File, "write", _disk_full)
     w.add_scalar("x", 1.0)
     w.flush()
     assert seen and seen[0][0] == tmp_path / "r" and w.disabled
     w.add_scalar("x", 2.0)  # ignored
     w.close()
     monkeypatch.undo()
-    raw = tb.RunWriter(tmp_path / "s")
-    monkeypatch.setattr(tb._RecordFile, "write", _disk_full)
+    raw = ef.RunWriter(tmp_path / "s")
+    monkeypatch.setattr(ef._File, "write", _disk_full)
     raw.add_scalar("x", 1.0)
     with pytest.raises(OSError):
         raw.flush()
