@@ -156,7 +156,6 @@ def _pipeline(backend, graph: Graph, read_warnings: list[str], data, config: Cor
         "quantized_graph",
         graph,
         quantized=True,
-        statistics=stats,
         quantized_weights=quantized_weights(graph),
         similarity=similarity,
     )

@@ -30,6 +30,7 @@ from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.stage import NodeMemory, StageReport
 from model_compression_toolkit.logger import safe_run_path
 from model_compression_toolkit.visualization.event_file import NullRunWriter, RunWriter
+from model_compression_toolkit.visualization.similarity import error_devices, metric_attrs, write_similarity
 from model_compression_toolkit.visualization.tensorboard import (
     RESOURCES_TAG,
     graph_def,
@@ -147,9 +148,13 @@ class TensorBoardSink:
         start = time.perf_counter()
         main = self.writer(name)
         opened = [main]
+        devices = attrs = None
+        if report.similarity is not None:  # colour the graph by error, show the metrics on nodes
+            devices = error_devices(report.similarity.report)
+            attrs = metric_attrs(report.similarity.report)
         try:
-            main.add_graph(graph_def(graph, report.memory))
-            main.add_run_metadata(RESOURCES_TAG, run_metadata(graph, report.memory))
+            main.add_graph(graph_def(graph, report.memory, devices, attrs))
+            main.add_run_metadata(RESOURCES_TAG, run_metadata(graph, report.memory, devices))
             main.add_text(SUMMARY_TAG, stage_markdown(name, graph, report.memory))
             if report.statistics is not None:
                 stats = report.statistics
@@ -165,6 +170,13 @@ class TensorBoardSink:
                     w.add_scalar_series({node: getattr(s, field) for node, s in stats.items()})
             if report.quantized_weights:
                 main.add_histograms(self._weight_histograms(graph, report.quantized_weights))
+            if report.similarity is not None:
+
+                def open_writer(run_name: str) -> RunWriter:
+                    opened.append(self.writer(run_name))
+                    return opened[-1]
+
+                write_similarity(open_writer, report.similarity, graph)
         finally:
             self._finish(opened)
         if not self.failed:

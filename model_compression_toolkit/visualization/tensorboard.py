@@ -155,6 +155,7 @@ def graph_def(
     graph: Graph,
     memory: Mapping[str, NodeMemory],
     devices: Mapping[str, str] | None = None,
+    extra_attrs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> graph_pb2.GraphDef:
     """One NodeDef per node: inputs in order (``src:k`` for output k > 0), op = layer type.
 
@@ -164,6 +165,7 @@ def graph_def(
         devices: node name -> label used as the node's device (default: its layer type),
             so "Color by device" groups by it. Wrapped as ``/device:<label>:0``, the form
             TensorBoard lists in its legend and keeps when joining run metadata.
+        extra_attrs: node name -> more attributes to show (e.g. similarity metrics).
     """
     names = graph_node_names(graph)
     nodes = []
@@ -184,6 +186,7 @@ def graph_def(
         for wname, w in node.weights.items():
             attrs[f"weights.{wname}.shape"] = list(w.shape)
         attrs.update(quant_attrs(node))
+        attrs.update((extra_attrs or {}).get(node.name, {}))
         mem = memory.get(node.name)
         if mem is not None:
             attrs["memory.weights_bytes"] = _number(mem.weights_bytes)
