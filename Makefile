@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOGS ?= $(CURDIR)/demo_logs
 
-.PHONY: install demo test lint format clean
+.PHONY: install demo test lint format docs bench screenshots clean
 
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,18 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
+	$(MAKE) docs
+
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
+# Side by side with Sony MCT 2.6.1 in its own environment (several GB; not part of CI).
+bench:
+	bash bench/run.sh
+
+# Refreshes the TensorBoard screenshots used in the docs (headless Chromium).
+screenshots: $(STAMP)
+	$(PY) -m tests.e2e.screenshots docs/_static/screenshots
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -29,4 +41,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 
 clean:
-	rm -rf $(VENV) demo_logs .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-bench demo_logs docs/_build .pytest_cache .ruff_cache

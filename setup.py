@@ -5,7 +5,7 @@ from setuptools import find_packages, setup
 TORCH = ["torch>=2.2"]
 TF = ["tensorflow>=2.16"]
 TF_CPU = ["tensorflow-cpu>=2.16"]
-DEV = ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "scikit-learn>=1.3"]
+DEV = ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "scikit-learn>=1.3", "sphinx>=7", "selenium>=4.10"]
 
 setup(
     name="model_compression_toolkit",
