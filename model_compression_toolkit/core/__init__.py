@@ -6,6 +6,7 @@ Importing it imports neither torch nor TensorFlow.
 from model_compression_toolkit.core.config import (
     CoreConfig,
     DebugConfig,
+    KeepFloat,
     QuantizationConfig,
     QuantizationErrorMethod,
     QuantizationMethod,
@@ -15,6 +16,7 @@ from model_compression_toolkit.core.info import QuantizationInfo
 __all__ = [
     "CoreConfig",
     "DebugConfig",
+    "KeepFloat",
     "QuantizationConfig",
     "QuantizationErrorMethod",
     "QuantizationInfo",

@@ -11,6 +11,8 @@ Defaults are built when an object is created, never at import time::
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -124,11 +126,59 @@ class DebugConfig:
 
 
 @dataclass
+class KeepFloat:
+    r"""Layers to keep unquantized, chosen by exact name, regular expression or layer type.
+
+    Names and patterns match the layer names the model uses (PyTorch module paths such as
+    ``"layer1.0.conv1"``, Keras layer names); a pattern must match a whole name. Types are
+    layer type names (``"Conv2d"``, ``"Dense"``), classes, or the neutral kinds
+    (``"conv"``, ``"dense"``, ``"activation"``...). ``weights`` / ``activations`` say which
+    part stays float::
+
+        mct.core.KeepFloat(names=["features.0"])                  # weights and output
+        mct.core.KeepFloat(patterns=[r"layer4\..*"], activations=False)  # weights only
+        mct.core.KeepFloat(types=["Softmax"], weights=False)       # outputs only
+    """
+
+    names: Sequence[str] = ()
+    patterns: Sequence[str] = ()
+    types: Sequence[str | type] = ()
+    weights: bool = True
+    activations: bool = True
+
+    def validate(self) -> None:
+        for field_name in ("names", "patterns", "types"):
+            value = getattr(self, field_name)
+            if isinstance(value, (str, type)) or not isinstance(value, Sequence):
+                raise ConfigurationError(
+                    f"KeepFloat.{field_name} must be a list; got {value!r}. Write {field_name}=[{value!r}]."
+                )
+        for pattern in self.patterns:
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ConfigurationError(f"KeepFloat pattern {pattern!r} is not a valid regular expression: {err}") from None
+        if not (self.weights or self.activations):
+            raise ConfigurationError("KeepFloat keeps nothing float: weights and activations are both False")
+
+
+@dataclass
 class CoreConfig:
-    """Everything that steers a PTQ call."""
+    """Everything that steers a PTQ call.
+
+    Args:
+        quantization_config: bits, methods and threshold selection.
+        debug_config: what is analysed and logged beyond quantization.
+        keep_float: layers kept unquantized (one `KeepFloat` or a list of them).
+    """
 
     quantization_config: QuantizationConfig = field(default_factory=QuantizationConfig)
     debug_config: DebugConfig = field(default_factory=DebugConfig)
+    keep_float: KeepFloat | Sequence[KeepFloat] = ()
+
+    @property
+    def keep_float_rules(self) -> list[KeepFloat]:
+        return [self.keep_float] if isinstance(self.keep_float, KeepFloat) else list(self.keep_float)
 
     def validate(self) -> None:
         if not isinstance(self.quantization_config, QuantizationConfig):
@@ -141,3 +191,10 @@ class CoreConfig:
             )
         self.quantization_config.validate()
         self.debug_config.validate()
+        rules = self.keep_float if isinstance(self.keep_float, (list, tuple, KeepFloat)) else None
+        if rules is None or not all(isinstance(r, KeepFloat) for r in self.keep_float_rules):
+            raise ConfigurationError(
+                f"keep_float must be a mct.core.KeepFloat or a list of them; got {self.keep_float!r}"
+            )
+        for rule in self.keep_float_rules:
+            rule.validate()

@@ -6,16 +6,20 @@ Each transform is one function over the graph; backends only say, through a node
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from model_compression_toolkit.core.config import QuantizationConfig
+from model_compression_toolkit.core.config import KeepFloat, QuantizationConfig
 from model_compression_toolkit.core.graph import VALUE_PRESERVING, WEIGHTED, Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import (
     ActivationQuantConfig,
     NodeQuantConfig,
     WeightsQuantConfig,
 )
+from model_compression_toolkit.core.selection import kept_float
 
+KEPT_FLOAT = "kept in float by a KeepFloat rule"
 _FOLDABLE = frozenset({OpKind.CONV, OpKind.CONV_TRANSPOSE, OpKind.DENSE})
 _NO_OUTPUT_QUANT = {
     OpKind.CONSTANT: "a constant tensor, not an activation",
@@ -24,12 +28,12 @@ _NO_OUTPUT_QUANT = {
 }
 
 
-def prepare_graph(graph: Graph, config: QuantizationConfig) -> Graph:
+def prepare_graph(graph: Graph, config: QuantizationConfig, keep_float: Sequence[KeepFloat] = ()) -> Graph:
     """Run every preparation transform in place and return the graph."""
     for transform in (remove_no_ops, fold_batch_norms):
         transform(graph)
         graph.validate()
-    assign_quantization(graph, config)
+    assign_quantization(graph, config, keep_float)
     graph.validate()
     return graph
 
@@ -97,12 +101,14 @@ def _fused_into(graph: Graph, node: Node) -> Node | None:
     return nxt if nxt.kind == OpKind.ACTIVATION and len(graph.in_edges(nxt.name)) == 1 else None
 
 
-def assign_quantization(graph: Graph, config: QuantizationConfig) -> None:
+def assign_quantization(graph: Graph, config: QuantizationConfig, keep_float: Sequence[KeepFloat] = ()) -> None:
     """Decide for every node whether its weights and output are quantized, and why not.
 
     A layer followed only by an activation (``conv -> relu``) is quantized after the
-    activation: its own output stays float inside the fused pair.
+    activation: its own output stays float inside the fused pair. Layers selected by
+    ``keep_float`` rules keep their weights and/or output in float.
     """
+    float_weights, float_outputs = kept_float(graph, keep_float)
     for node in graph.nodes():
         q = NodeQuantConfig()
         if node.kind in WEIGHTED:
@@ -130,4 +136,8 @@ def assign_quantization(graph: Graph, config: QuantizationConfig) -> None:
                 error_method=config.activation_error_method,
             )
         q.activation_float_reason = reason
+        if node.name in float_weights and q.weights:
+            q.weights, q.weights_float_reason = {}, KEPT_FLOAT
+        if node.name in float_outputs and q.activation is not None:
+            q.activation, q.activation_float_reason = None, KEPT_FLOAT
         node.quant = q

@@ -27,6 +27,7 @@ from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.memory import graph_memory
 from model_compression_toolkit.core.preparation import prepare_graph
 from model_compression_toolkit.core.quantizers import fake_quant
+from model_compression_toolkit.core.selection import check_rules
 from model_compression_toolkit.core.stage import StageReport, StageSink
 from model_compression_toolkit.core.statistics import NodeStatistics, StatisticsCollector
 from model_compression_toolkit.core.thresholds import fill_activation_config, fill_weights_config
@@ -109,6 +110,7 @@ def post_training_quantization(
     data = RepresentativeData(representative_data_gen, backend, model)
     model_name = backend.model_name(model)
     graph, read_warnings = backend.read(model, data.first)  # bad input fails here, before any file exists
+    check_rules(graph, config.keep_float_rules)
     with ptq_run(model_name) as run:
         return _pipeline(backend, graph, read_warnings, data, config, run, model_name)
 
@@ -127,7 +129,7 @@ def _pipeline(backend, graph: Graph, read_warnings: list[str], data, config: Cor
         _warn(shown, message)
     _report(run.sink, "initial_graph", graph)
     initial = graph.copy()  # the user's model as read: the float side of the similarity analysis
-    prepare_graph(graph, qc)
+    prepare_graph(graph, qc, config.keep_float_rules)
     _report(run.sink, "after_graph_preparation", graph)
     stats = collect_statistics(backend, graph, data, qc.histogram_bins)
     for name, s in stats.items():

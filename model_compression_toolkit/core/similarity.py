@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
+from model_compression_toolkit.core.preparation import KEPT_FLOAT
 
 LOCAL_SUFFIX = "__local"
 _NO_LOCAL = frozenset({OpKind.SHAPE, OpKind.UNKNOWN})
@@ -47,12 +48,13 @@ class ComparePoint:
 
 
 def compare_points(float_graph: Graph, q_graph: Graph) -> list[ComparePoint]:
-    """Every quantized activation and every model output, in topological order."""
+    """Every quantized activation, every output the user kept float, and every model output."""
     points = []
     for position, node in enumerate(q_graph.nodes()):
         quantized = node.quant.activation is not None and node.quant.activation.grid is not None
+        kept = node.quant.activation_float_reason == KEPT_FLOAT
         is_output = q_graph.is_output(node.name)
-        if (quantized or is_output) and node.output_reference in float_graph and node.kind != OpKind.SHAPE:
+        if (quantized or kept or is_output) and node.output_reference in float_graph and node.kind != OpKind.SHAPE:
             points.append(ComparePoint(node.name, node.output_reference, position, is_output))
     return points
 
