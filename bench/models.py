@@ -66,3 +66,16 @@ def torch_conv_stack(depth: int, width: int = 32, seed: int = 0):
     for _ in range(depth - 1):
         layers += [nn.Conv2d(width, width, 3, padding=1), nn.ReLU()]
     return nn.Sequential(*layers).eval()
+
+
+def torchvision_model(name: str, seed: int = 0):
+    """A torchvision classifier (``"resnet18"``, ``"mobilenet_v2"``) with random weights, in eval mode.
+
+    Built with ``weights=None`` after ``torch.manual_seed(seed)``, so every process gets the
+    same weights. Needs torchvision, so only inside ``.venv-bench`` (see bench/run.sh).
+    """
+    import torch
+    import torchvision
+
+    torch.manual_seed(seed)
+    return getattr(torchvision.models, name)(weights=None).eval()

@@ -3,8 +3,10 @@
 ``model -> initial_graph -> after_graph_preparation -> after_statistics_collection
 -> thresholds_selection -> quantized_graph -> quantized model``
 
-After each stage the runner hands a `StageReport` to the run's sink; it never checks
-whether logging is on.
+A `Session` reads the model and checks the data once, collects statistics once, and can
+then quantize as often as asked (the tuning loop keeps more layers float each time).
+After each stage of `Session.run` a `StageReport` goes to the run's sink; the pipeline
+never checks whether logging is on.
 """
 
 from __future__ import annotations
@@ -12,27 +14,28 @@ from __future__ import annotations
 import logging
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from model_compression_toolkit.core.analysis import analyze
-from model_compression_toolkit.core.backend import Backend, get_backend
-from model_compression_toolkit.core.config import CoreConfig
+from model_compression_toolkit.core.analysis import SimilarityResult, analyze
+from model_compression_toolkit.core.backend import get_backend
+from model_compression_toolkit.core.config import CoreConfig, KeepFloat
 from model_compression_toolkit.core.data import RepresentativeData
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.memory import graph_memory
-from model_compression_toolkit.core.preparation import prepare_graph
+from model_compression_toolkit.core.preparation import assign_quantization, prepare_graph
 from model_compression_toolkit.core.quantizers import fake_quant
 from model_compression_toolkit.core.selection import check_rules
 from model_compression_toolkit.core.stage import StageReport, StageSink
 from model_compression_toolkit.core.statistics import NodeStatistics, StatisticsCollector
 from model_compression_toolkit.core.thresholds import fill_activation_config, fill_weights_config
 from model_compression_toolkit.errors import ConfigurationError
-from model_compression_toolkit.logger import ptq_run
+from model_compression_toolkit.logger import RunContext, ptq_run
 
 LOG = logging.getLogger("model_compression_toolkit")
 _PRODUCED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # quantized model -> its graph
@@ -57,24 +60,9 @@ def check_core_config(core_config: CoreConfig | None) -> CoreConfig:
     if core_config is None:
         return CoreConfig()
     if not isinstance(core_config, CoreConfig):
-        raise ConfigurationError(
-            f"core_config must be a mct.core.CoreConfig; got {type(core_config).__name__}"
-        )
+        raise ConfigurationError(f"core_config must be a mct.core.CoreConfig; got {type(core_config).__name__}")
     core_config.validate()
     return core_config
-
-
-def collect_statistics(backend: Backend, graph: Graph, data: RepresentativeData, n_bins: int) -> dict[str, NodeStatistics]:
-    """One pass over the data through the float model, reducing each quantized activation to statistics."""
-    names = [n.name for n in graph.nodes() if n.quant.activation is not None]
-    collectors = {n: StatisticsCollector(n_bins, graph.node(n).channel_axis) for n in names}
-    model = backend.build(graph, quantized=False, extra_outputs=names)
-    n_outputs = len(graph.outputs)
-    for batch in tqdm(data.batches(), desc="Collecting statistics", unit="batch", leave=False):
-        outputs = backend.run(model, batch)
-        for name, value in zip(names, outputs[n_outputs:]):
-            collectors[name].update(value)
-    return {n: c.result() for n, c in collectors.items()}
 
 
 def select_thresholds(graph: Graph, stats: dict[str, NodeStatistics], l_p_value: float) -> None:
@@ -98,6 +86,139 @@ def _report(sink: StageSink, name: str, graph: Graph, quantized: bool = False, *
     LOG.info("stage %s done", name)
 
 
+@dataclass
+class Trial:
+    """One quantization of the session's model."""
+
+    graph: Graph
+    q_model: Any
+    similarity: SimilarityResult | None = None
+
+
+class Session:
+    """One model's PTQ: checks and reads once, collects statistics once, quantizes on demand.
+
+    Bad input fails in the constructor, before any file is written.
+    """
+
+    def __init__(self, model: Any, representative_data_gen: Callable[[], Any], core_config: CoreConfig | None, framework: str):
+        self.config = check_core_config(core_config)
+        self.backend = get_backend(model, expected=framework)
+        self.data = RepresentativeData(representative_data_gen, self.backend, model)
+        self.model_name = self.backend.model_name(model)
+        self.initial, read_warnings = self.backend.read(model, self.data.first)
+        check_rules(self.initial, self.config.keep_float_rules)
+        self.warnings: list[str] = []
+        for message in read_warnings:
+            self.warn(message)
+        self._stats: dict[str, NodeStatistics] | None = None
+        self._prepared: Graph | None = None
+
+    def warn(self, message: str, category: type[Warning] = UserWarning) -> None:
+        """Warn the user, log it, and keep it for ``info.warnings``."""
+        warnings.warn(message, category, stacklevel=3)
+        LOG.warning(message)
+        self.warnings.append(message)
+
+    # -------------------------------------------------------------- the pieces
+    def prepare(self, keep_float: Sequence[KeepFloat] | None = None) -> Graph:
+        """The prepared graph (BN folded, no-ops removed) with quantization assigned."""
+        rules = self.config.keep_float_rules if keep_float is None else list(keep_float)
+        check_rules(self.initial, rules)
+        if self._prepared is None:
+            self._prepared = prepare_graph(self.initial.copy(), self.config.quantization_config)
+        graph = self._prepared.copy()
+        assign_quantization(graph, self.config.quantization_config, rules)
+        graph.validate()
+        return graph
+
+    def statistics(self, graph: Graph) -> dict[str, NodeStatistics]:
+        """Activation statistics of every node quantized in ``graph`` (one pass over the data, cached)."""
+        wanted = [n.name for n in graph.nodes() if n.quant.activation is not None]
+        if self._stats is None or any(name not in self._stats for name in wanted):
+            self._stats = self._collect(graph, wanted)
+        return self._stats
+
+    def _collect(self, graph: Graph, names: list[str]) -> dict[str, NodeStatistics]:
+        bins = self.config.quantization_config.histogram_bins
+        collectors = {n: StatisticsCollector(bins, graph.node(n).channel_axis) for n in names}
+        model = self.backend.build(graph, quantized=False, extra_outputs=names)
+        n_outputs = len(graph.outputs)
+        for batch in tqdm(self.data.batches(), desc="Collecting statistics", unit="batch", leave=False):
+            outputs = self.backend.run(model, batch)
+            for name, value in zip(names, outputs[n_outputs:]):
+                collectors[name].update(value)
+        stats = {n: c.result() for n, c in collectors.items()}
+        for name, s in stats.items():
+            if s.nonfinite:
+                self.warn(
+                    f"{s.nonfinite} non-finite values (NaN or inf) in the output of {name!r} were skipped "
+                    "when collecting statistics",
+                    RuntimeWarning,
+                )
+        return stats
+
+    def select_thresholds(self, graph: Graph) -> None:
+        select_thresholds(graph, self.statistics(graph), self.config.quantization_config.l_p_value)
+
+    def build(self, graph: Graph) -> Any:
+        q_model = self.backend.build(graph, quantized=True)
+        remember(q_model, graph)
+        return q_model
+
+    def analyze(self, graph: Graph) -> SimilarityResult:
+        debug = self.config.debug_config
+        return analyze(
+            self.backend, self.initial, graph, self.data, debug.similarity_samples,
+            debug.similarity_memory_cap, self.statistics(graph),
+        )  # fmt: skip
+
+    def quantize(self, keep_float: Sequence[KeepFloat] | None = None, similarity: bool = False) -> Trial:
+        """A whole quantization without stage reports (the tuning loop's trials)."""
+        graph = self.prepare(keep_float)
+        self.select_thresholds(graph)
+        trial = Trial(graph, self.build(graph))
+        if similarity:
+            trial.similarity = self.analyze(graph)
+        return trial
+
+    def info(self, graph: Graph, run: RunContext) -> QuantizationInfo:
+        return QuantizationInfo.of(graph, self.model_name, run.folder, self.warnings)
+
+    # -------------------------------------------------------------- the pipeline
+    def run(self, run: RunContext) -> tuple[Any, QuantizationInfo]:
+        """Every stage, each reported to ``run.sink`` when it completes."""
+        sink = run.sink
+        _report(sink, "initial_graph", self.initial)
+        graph = self.prepare()
+        _report(sink, "after_graph_preparation", graph)
+        stats = self.statistics(graph)
+        _report(sink, "after_statistics_collection", graph, statistics=stats)
+        self.select_thresholds(graph)
+        _report(sink, "thresholds_selection", graph, statistics=stats)
+        q_model = self.build(graph)
+        similarity = None
+        if self.config.debug_config.analyze_similarity and run.folder is not None:
+            similarity = self.analyze(graph)
+            similarity.report.write(run.folder)
+            LOG.info(similarity.report.summary())
+        _report(
+            sink, "quantized_graph", graph, quantized=True,
+            quantized_weights=quantized_weights(graph), similarity=similarity,
+        )  # fmt: skip
+        info = self.info(graph, run)
+        info.similarity = similarity.report if similarity is not None else None
+        LOG.info(
+            "quantized %s: weights %.1f KiB -> %.1f KiB, %d layers kept in float%s",
+            self.model_name,
+            info.memory.weights_float_bytes / 1024,
+            info.memory.weights_quantized_bytes / 1024,
+            len(info.float_layers),
+            f"; logs in {run.folder}" if run.folder else "",
+        )
+        return q_model, info
+
+
 def post_training_quantization(
     model: Any,
     representative_data_gen: Callable[[], Any],
@@ -105,71 +226,6 @@ def post_training_quantization(
     framework: str,
 ) -> tuple[Any, QuantizationInfo]:
     """Quantize ``model`` after training; the body of both public PTQ functions."""
-    config = check_core_config(core_config)
-    backend = get_backend(model, expected=framework)
-    data = RepresentativeData(representative_data_gen, backend, model)
-    model_name = backend.model_name(model)
-    graph, read_warnings = backend.read(model, data.first)  # bad input fails here, before any file exists
-    check_rules(graph, config.keep_float_rules)
-    with ptq_run(model_name) as run:
-        return _pipeline(backend, graph, read_warnings, data, config, run, model_name)
-
-
-def _warn(shown: list[str], message: str, category: type[Warning] = UserWarning) -> None:
-    """Warn the user, log it, and keep it for ``info.warnings``."""
-    warnings.warn(message, category, stacklevel=4)
-    LOG.warning(message)
-    shown.append(message)
-
-
-def _pipeline(backend, graph: Graph, read_warnings: list[str], data, config: CoreConfig, run, model_name: str):
-    qc = config.quantization_config
-    shown: list[str] = []
-    for message in read_warnings:
-        _warn(shown, message)
-    _report(run.sink, "initial_graph", graph)
-    initial = graph.copy()  # the user's model as read: the float side of the similarity analysis
-    prepare_graph(graph, qc, config.keep_float_rules)
-    _report(run.sink, "after_graph_preparation", graph)
-    stats = collect_statistics(backend, graph, data, qc.histogram_bins)
-    for name, s in stats.items():
-        if s.nonfinite:
-            _warn(
-                shown,
-                f"{s.nonfinite} non-finite values (NaN or inf) in the output of {name!r} were skipped "
-                "when collecting statistics",
-                RuntimeWarning,
-            )
-    _report(run.sink, "after_statistics_collection", graph, statistics=stats)
-    select_thresholds(graph, stats, qc.l_p_value)
-    _report(run.sink, "thresholds_selection", graph, statistics=stats)
-    q_model = backend.build(graph, quantized=True)
-    remember(q_model, graph)
-    similarity = None
-    debug = config.debug_config
-    if debug.analyze_similarity and run.folder is not None:
-        similarity = analyze(
-            backend, initial, graph, data, debug.similarity_samples, debug.similarity_memory_cap, stats
-        )
-        similarity.report.write(run.folder)
-        LOG.info(similarity.report.summary())
-    _report(
-        run.sink,
-        "quantized_graph",
-        graph,
-        quantized=True,
-        quantized_weights=quantized_weights(graph),
-        similarity=similarity,
-    )
-    info = QuantizationInfo.of(graph, model_name, run.folder, shown)
-    if similarity is not None:
-        info.similarity = similarity.report
-    LOG.info(
-        "quantized %s: weights %.1f KiB -> %.1f KiB, %d layers kept in float%s",
-        model_name,
-        info.memory.weights_float_bytes / 1024,
-        info.memory.weights_quantized_bytes / 1024,
-        len(info.float_layers),
-        f"; logs in {run.folder}" if run.folder else "",
-    )
-    return q_model, info
+    session = Session(model, representative_data_gen, core_config, framework)
+    with ptq_run(session.model_name) as run:
+        return session.run(run)

@@ -1,0 +1,1 @@
+"""End-to-end tests: the real TensorBoard serves our logs, headless Chromium renders them."""
