@@ -6,6 +6,7 @@
 """
 
 from model_compression_toolkit import core, errors, ptq
+from model_compression_toolkit.core.runner import analyze_similarity
 from model_compression_toolkit.logger import get_log_folder, set_log_folder
 from model_compression_toolkit.ptq import (
     keras_post_training_quantization,
@@ -15,6 +16,7 @@ from model_compression_toolkit.ptq import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "analyze_similarity",
     "core",
     "errors",
     "get_log_folder",

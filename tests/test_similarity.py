@@ -120,3 +120,16 @@ def test_sample_count_is_respected_even_across_batches(fw, trained_digits, tmp_p
     _, info = fw.ptq(model, representative_dataset(x_train, 5, 16), config)
     assert info.similarity.samples == samples
     assert all(len(layer.cosine_per_sample) == samples for layer in info.similarity.layers)
+
+
+def test_standalone_analysis_of_a_model_we_produced(fw, trained_digits, tmp_path):
+    model, x_train, _, _ = trained_digits
+    q_model, _ = fw.ptq(model, representative_dataset(x_train))  # no log folder: no analysis ran
+    mct.set_log_folder(tmp_path)
+    result = mct.analyze_similarity(model, q_model, representative_dataset(x_train))
+    assert result.report.samples == 20 and result.report.layers
+    (run,) = run_folders(tmp_path)
+    assert (run / "similarity_report.json").exists()
+    assert "cosine_similarity/summary" in load(run / "similarity").Tags()["images"]
+    with pytest.raises(mct.errors.ModelReadError, match="returned by a PTQ call"):
+        mct.analyze_similarity(model, model, representative_dataset(x_train))

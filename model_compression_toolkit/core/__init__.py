@@ -7,9 +7,12 @@ from model_compression_toolkit.core.config import (
     CoreConfig,
     DebugConfig,
     KeepFloat,
+    MixedPrecisionConfig,
     QuantizationConfig,
     QuantizationErrorMethod,
     QuantizationMethod,
+    ResourceUtilization,
+    TuningConfig,
 )
 from model_compression_toolkit.core.info import QuantizationInfo
 
@@ -17,8 +20,11 @@ __all__ = [
     "CoreConfig",
     "DebugConfig",
     "KeepFloat",
+    "MixedPrecisionConfig",
     "QuantizationConfig",
     "QuantizationErrorMethod",
     "QuantizationInfo",
     "QuantizationMethod",
+    "ResourceUtilization",
+    "TuningConfig",
 ]

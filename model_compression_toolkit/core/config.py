@@ -163,6 +163,68 @@ class KeepFloat:
 
 
 @dataclass
+class ResourceUtilization:
+    """A memory budget, as in MCT: ``weights_memory`` is the bytes all weights may take.
+
+    Weights of quantized layers count at their bit-width, everything else at 32 bits.
+    """
+
+    weights_memory: float = math.inf
+
+    def validate(self) -> None:
+        w = self.weights_memory
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or math.isnan(w) or w <= 0:
+            raise ConfigurationError(f"weights_memory must be a number of bytes > 0; got {w!r}")
+
+
+@dataclass
+class MixedPrecisionConfig:
+    """How mixed precision chooses a weight bit-width per layer under a budget.
+
+    Args:
+        candidate_bits: the bit-widths a layer's weights may get.
+        samples: representative samples used to measure each layer's sensitivity.
+    """
+
+    candidate_bits: Sequence[int] = (8, 4, 2)
+    samples: int = 32
+
+    def validate(self) -> None:
+        if not self.candidate_bits:
+            raise ConfigurationError("candidate_bits must hold at least one bit-width; got none")
+        for b in self.candidate_bits:
+            _check_bits("candidate_bits entries", b)
+        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
+            raise ConfigurationError(f"samples must be an integer >= 1; got {self.samples!r}")
+
+
+@dataclass
+class TuningConfig:
+    """Accuracy-driven tuning: keep the worst layers float until the drop is small enough.
+
+    Args:
+        max_drop: the largest allowed drop of the evaluation score below the float
+            model's (absolute, in the score's units, or a fraction of it with ``relative``).
+        relative: read ``max_drop`` as a fraction of the float score.
+        max_trials: how many quantized models may be evaluated at most.
+        layers_per_trial: how many more layers each new trial keeps float.
+    """
+
+    max_drop: float = 0.01
+    relative: bool = False
+    max_trials: int = 3
+    layers_per_trial: int = 1
+
+    def validate(self) -> None:
+        if isinstance(self.max_drop, bool) or not isinstance(self.max_drop, (int, float)) or not math.isfinite(self.max_drop) or self.max_drop < 0:
+            raise ConfigurationError(f"max_drop must be a finite number >= 0; got {self.max_drop!r}")
+        for name in ("max_trials", "layers_per_trial"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"{name} must be an integer >= 1; got {value!r}")
+
+
+@dataclass
 class CoreConfig:
     """Everything that steers a PTQ call.
 
@@ -170,11 +232,14 @@ class CoreConfig:
         quantization_config: bits, methods and threshold selection.
         debug_config: what is analysed and logged beyond quantization.
         keep_float: layers kept unquantized (one `KeepFloat` or a list of them).
+        mixed_precision_config: how bit-widths are chosen when the PTQ call is given a
+            ``target_resource_utilization``.
     """
 
     quantization_config: QuantizationConfig = field(default_factory=QuantizationConfig)
     debug_config: DebugConfig = field(default_factory=DebugConfig)
     keep_float: KeepFloat | Sequence[KeepFloat] = ()
+    mixed_precision_config: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
 
     @property
     def keep_float_rules(self) -> list[KeepFloat]:
@@ -198,3 +263,8 @@ class CoreConfig:
             )
         for rule in self.keep_float_rules:
             rule.validate()
+        if not isinstance(self.mixed_precision_config, MixedPrecisionConfig):
+            raise ConfigurationError(
+                f"mixed_precision_config must be a mct.core.MixedPrecisionConfig; got {type(self.mixed_precision_config).__name__}"
+            )
+        self.mixed_precision_config.validate()

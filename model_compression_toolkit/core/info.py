@@ -120,7 +120,9 @@ class QuantizationInfo:
         warnings: the warnings shown during the call.
         similarity: the float vs quantized comparison, when it ran (a log folder is set
             and ``DebugConfig.analyze_similarity``).
-        extra: results of later analyses (tuning, mixed precision).
+        mixed_precision: the bit-widths chosen under a memory budget, when one was given.
+        tuning: the trials of accuracy-driven tuning, when it ran.
+        extra: anything else a later analysis adds.
     """
 
     framework: str
@@ -132,6 +134,8 @@ class QuantizationInfo:
     log_folder: Path | None = None
     warnings: list[str] = field(default_factory=list)
     similarity: SimilarityReport | None = None
+    mixed_precision: Any = None
+    tuning: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -157,4 +161,7 @@ class QuantizationInfo:
         out = asdict(self)
         out["log_folder"] = str(self.log_folder) if self.log_folder else None
         out["similarity"] = self.similarity.to_dict() if self.similarity else None
+        for name in ("mixed_precision", "tuning"):  # results with their own JSON form
+            value = getattr(self, name)
+            out[name] = value.to_dict() if value is not None else None
         return out

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from model_compression_toolkit.core.analysis import SimilarityResult, analyze
 from model_compression_toolkit.core.backend import get_backend
-from model_compression_toolkit.core.config import CoreConfig, KeepFloat
+from model_compression_toolkit.core.config import CoreConfig, DebugConfig, KeepFloat, ResourceUtilization
 from model_compression_toolkit.core.data import RepresentativeData
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import QuantizationInfo
@@ -34,7 +34,7 @@ from model_compression_toolkit.core.selection import check_rules
 from model_compression_toolkit.core.stage import StageReport, StageSink
 from model_compression_toolkit.core.statistics import NodeStatistics, StatisticsCollector
 from model_compression_toolkit.core.thresholds import fill_activation_config, fill_weights_config
-from model_compression_toolkit.errors import ConfigurationError
+from model_compression_toolkit.errors import ConfigurationError, ModelReadError
 from model_compression_toolkit.logger import RunContext, ptq_run
 
 LOG = logging.getLogger("model_compression_toolkit")
@@ -101,8 +101,23 @@ class Session:
     Bad input fails in the constructor, before any file is written.
     """
 
-    def __init__(self, model: Any, representative_data_gen: Callable[[], Any], core_config: CoreConfig | None, framework: str):
+    def __init__(
+        self,
+        model: Any,
+        representative_data_gen: Callable[[], Any],
+        core_config: CoreConfig | None,
+        framework: str,
+        target_resource_utilization: ResourceUtilization | None = None,
+    ):
         self.config = check_core_config(core_config)
+        if target_resource_utilization is not None:
+            if not isinstance(target_resource_utilization, ResourceUtilization):
+                raise ConfigurationError(
+                    "target_resource_utilization must be a mct.core.ResourceUtilization; "
+                    f"got {type(target_resource_utilization).__name__}"
+                )
+            target_resource_utilization.validate()
+        self.target = target_resource_utilization
         self.backend = get_backend(model, expected=framework)
         self.data = RepresentativeData(representative_data_gen, self.backend, model)
         self.model_name = self.backend.model_name(model)
@@ -196,6 +211,13 @@ class Session:
         _report(sink, "after_statistics_collection", graph, statistics=stats)
         self.select_thresholds(graph)
         _report(sink, "thresholds_selection", graph, statistics=stats)
+        mixed = None
+        if self.target is not None:
+            from model_compression_toolkit.core.mixed_precision import search_bit_widths
+
+            mixed = search_bit_widths(self, graph, self.target)
+            if run.folder is not None:
+                mixed.write(run.folder)
         q_model = self.build(graph)
         similarity = None
         if self.config.debug_config.analyze_similarity and run.folder is not None:
@@ -204,10 +226,11 @@ class Session:
             LOG.info(similarity.report.summary())
         _report(
             sink, "quantized_graph", graph, quantized=True,
-            quantized_weights=quantized_weights(graph), similarity=similarity,
+            quantized_weights=quantized_weights(graph), similarity=similarity, mixed_precision=mixed,
         )  # fmt: skip
         info = self.info(graph, run)
         info.similarity = similarity.report if similarity is not None else None
+        info.mixed_precision = mixed
         LOG.info(
             "quantized %s: weights %.1f KiB -> %.1f KiB, %d layers kept in float%s",
             self.model_name,
@@ -224,8 +247,51 @@ def post_training_quantization(
     representative_data_gen: Callable[[], Any],
     core_config: CoreConfig | None,
     framework: str,
+    target_resource_utilization: ResourceUtilization | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """Quantize ``model`` after training; the body of both public PTQ functions."""
-    session = Session(model, representative_data_gen, core_config, framework)
+    session = Session(model, representative_data_gen, core_config, framework, target_resource_utilization)
     with ptq_run(session.model_name) as run:
         return session.run(run)
+
+
+def analyze_similarity(
+    float_model: Any,
+    quantized_model: Any,
+    representative_data_gen: Callable[[], Any],
+    debug_config: DebugConfig | None = None,
+) -> SimilarityResult:
+    """Compare a float model with a quantized model this library produced from it.
+
+    The same analysis a logged PTQ call runs (see `DebugConfig`), on its own: with a log
+    folder set, it writes a run folder holding the ``similarity`` runs and the report files.
+
+    Args:
+        float_model: the original float model.
+        quantized_model: the model a PTQ call of this process returned for it.
+        representative_data_gen: as for PTQ; its first ``similarity_samples`` samples are used.
+        debug_config: samples and memory cap; defaults when None.
+
+    Returns:
+        The `SimilarityResult`; ``.report`` is the ranked `SimilarityReport`.
+    """
+    q_graph = produced_graph(quantized_model)
+    if q_graph is None:
+        raise ModelReadError(
+            "quantized_model must be a model returned by a PTQ call of this library in this process; "
+            f"got a {type(quantized_model).__name__} it did not produce"
+        )
+    config = CoreConfig(debug_config=debug_config if debug_config is not None else DebugConfig())
+    session = Session(float_model, representative_data_gen, config, q_graph.framework)
+    with ptq_run(session.model_name) as run:
+        result = analyze(
+            session.backend, session.initial, q_graph, session.data, config.debug_config.similarity_samples,
+            config.debug_config.similarity_memory_cap,
+        )  # fmt: skip
+        if run.folder is not None:
+            result.report.write(run.folder)
+            run.sink.stage(
+                StageReport("quantized_graph", q_graph, graph_memory(q_graph, True), similarity=result)
+            )
+        LOG.info(result.report.summary())
+    return result

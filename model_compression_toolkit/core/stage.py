@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -48,6 +48,8 @@ class StageReport:
         statistics: per-node activation statistics (statistics stages only).
         quantized_weights: node -> weight name -> quantized weights (quantized_graph only).
         similarity: the float vs quantized comparison (quantized_graph, when it ran).
+        mixed_precision: the bit-widths chosen under a memory budget (quantized_graph,
+            when a budget was given): a `core.mixed_precision.MixedPrecisionResult`.
     """
 
     name: str
@@ -56,6 +58,7 @@ class StageReport:
     statistics: Mapping[str, NodeStatistics] | None = None
     quantized_weights: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=dict)
     similarity: SimilarityResult | None = None
+    mixed_precision: Any = None
 
 
 class StageSink(Protocol):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from model_compression_toolkit.core.config import CoreConfig
+from model_compression_toolkit.core.config import CoreConfig, ResourceUtilization, TuningConfig
 from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.runner import post_training_quantization
 
@@ -14,6 +14,7 @@ def pytorch_post_training_quantization(
     in_module: Any,
     representative_data_gen: Callable[[], Any],
     core_config: CoreConfig | None = None,
+    target_resource_utilization: ResourceUtilization | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """Quantize a trained ``torch.nn.Module`` after training.
 
@@ -22,18 +23,23 @@ def pytorch_post_training_quantization(
         representative_data_gen: a callable returning an iterable of batches, each a
             list with one array or tensor per model input, batch dimension first.
         core_config: quantization and debug settings; defaults when None.
+        target_resource_utilization: a weights memory budget; mixed precision then
+            chooses each layer's weight bit-width (see `mct.core.MixedPrecisionConfig`).
 
     Returns:
         The fake-quantized model (a ``torch.fx.GraphModule`` in eval mode, same inputs
         and outputs as ``in_module``) and a `QuantizationInfo`.
     """
-    return post_training_quantization(in_module, representative_data_gen, core_config, "pytorch")
+    return post_training_quantization(
+        in_module, representative_data_gen, core_config, "pytorch", target_resource_utilization
+    )
 
 
 def keras_post_training_quantization(
     in_model: Any,
     representative_data_gen: Callable[[], Any],
     core_config: CoreConfig | None = None,
+    target_resource_utilization: ResourceUtilization | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """Quantize a trained Keras 3 model (Functional or Sequential) after training.
 
@@ -42,12 +48,63 @@ def keras_post_training_quantization(
         representative_data_gen: as for `pytorch_post_training_quantization`, with
             channels-last batches.
         core_config: quantization and debug settings; defaults when None.
+        target_resource_utilization: as for `pytorch_post_training_quantization`.
 
     Returns:
         The fake-quantized ``keras.Model`` (it saves to ``.keras`` and loads back with
         ``keras.models.load_model``) and a `QuantizationInfo`.
     """
-    return post_training_quantization(in_model, representative_data_gen, core_config, "keras")
+    return post_training_quantization(
+        in_model, representative_data_gen, core_config, "keras", target_resource_utilization
+    )
 
 
-__all__ = ["keras_post_training_quantization", "pytorch_post_training_quantization"]
+def pytorch_tuned_post_training_quantization(
+    in_module: Any,
+    representative_data_gen: Callable[[], Any],
+    evaluate: Callable[[Any], float],
+    tuning_config: TuningConfig | None = None,
+    core_config: CoreConfig | None = None,
+) -> tuple[Any, QuantizationInfo]:
+    """PTQ that keeps the worst layers float until ``evaluate`` drops little enough.
+
+    Args:
+        in_module: the float model; it is not modified.
+        representative_data_gen: as for `pytorch_post_training_quantization`.
+        evaluate: model -> score, higher is better (e.g. accuracy on a validation set);
+            called on the float model once and on each trial's quantized model.
+        tuning_config: the allowed drop and the trial budget.
+        core_config: as for `pytorch_post_training_quantization`.
+
+    Returns:
+        The best quantized model found and a `QuantizationInfo` whose ``tuning`` holds
+        every trial. Each evaluation is a TensorBoard run in the call's log folder.
+    """
+    from model_compression_toolkit.core.tuning import tuned_post_training_quantization
+
+    return tuned_post_training_quantization(
+        in_module, representative_data_gen, evaluate, tuning_config, core_config, "pytorch"
+    )
+
+
+def keras_tuned_post_training_quantization(
+    in_model: Any,
+    representative_data_gen: Callable[[], Any],
+    evaluate: Callable[[Any], float],
+    tuning_config: TuningConfig | None = None,
+    core_config: CoreConfig | None = None,
+) -> tuple[Any, QuantizationInfo]:
+    """The Keras version of `pytorch_tuned_post_training_quantization`."""
+    from model_compression_toolkit.core.tuning import tuned_post_training_quantization
+
+    return tuned_post_training_quantization(
+        in_model, representative_data_gen, evaluate, tuning_config, core_config, "keras"
+    )
+
+
+__all__ = [
+    "keras_post_training_quantization",
+    "keras_tuned_post_training_quantization",
+    "pytorch_post_training_quantization",
+    "pytorch_tuned_post_training_quantization",
+]
