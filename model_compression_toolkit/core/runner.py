@@ -128,6 +128,10 @@ class Session:
             self.warn(message)
         self._stats: dict[str, NodeStatistics] | None = None
         self._prepared: Graph | None = None
+        if self.target is not None:  # an impossible budget fails now, before any file is written
+            from model_compression_toolkit.core.mixed_precision import check_budget
+
+            check_budget(self.prepare(), self.target, self.config.mixed_precision_config.candidate_bits)
 
     def warn(self, message: str, category: type[Warning] = UserWarning) -> None:
         """Warn the user, log it, and keep it for ``info.warnings``."""

@@ -30,6 +30,7 @@ from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.stage import NodeMemory, StageReport
 from model_compression_toolkit.logger import safe_run_path
 from model_compression_toolkit.visualization.event_file import NullRunWriter, RunWriter
+from model_compression_toolkit.visualization.mixed_precision import write_bit_widths
 from model_compression_toolkit.visualization.similarity import error_devices, metric_attrs, write_similarity
 from model_compression_toolkit.visualization.tensorboard import (
     RESOURCES_TAG,
@@ -170,6 +171,8 @@ class TensorBoardSink:
                     w.add_scalar_series({node: getattr(s, field) for node, s in stats.items()})
             if report.quantized_weights:
                 main.add_histograms(self._weight_histograms(graph, report.quantized_weights))
+            if report.mixed_precision is not None:
+                write_bit_widths(main, report.mixed_precision)
             if report.similarity is not None:
 
                 def open_writer(run_name: str) -> RunWriter:

@@ -1,6 +1,6 @@
 """Start and stop the real TensorBoard on a free local port, with bounded waits.
 
-    log folder -> `python -m tensorboard.main` on 127.0.0.1:<free port> -> /data/runs answers
+log folder -> `python -m tensorboard.main` on 127.0.0.1:<free port> -> /data/runs answers
 """
 
 from __future__ import annotations
@@ -86,7 +86,9 @@ def stop(process: subprocess.Popen, timeout_s: float = STOP_TIMEOUT_S) -> None:
 
 
 @contextlib.contextmanager
-def tensorboard(log_folder: Path, timeout_s: float = START_TIMEOUT_S, attempts: int = 3) -> Iterator[TensorBoard]:
+def tensorboard(
+    log_folder: Path, timeout_s: float = START_TIMEOUT_S, attempts: int = 3
+) -> Iterator[TensorBoard]:
     """TensorBoard serving `log_folder` until the block ends; stopped on success and on failure.
 
     A free port can be taken by someone else before TensorBoard binds it: then it exits,
