@@ -149,6 +149,11 @@ def check_score(value: Any, what: str) -> float:
     return number
 
 
+def _rank(trial: TuningTrial) -> tuple[float, int]:
+    """Higher is better: the score, then fewer layers kept float."""
+    return trial.score, -len(trial.kept_float)
+
+
 class _Capture:
     """Forwards stage reports to the run's sink and keeps the ``quantized_graph`` one."""
 
@@ -171,8 +176,16 @@ class _Capture:
 class _Tuner:
     """The loop's state: trials so far, the layers kept float, the best trial."""
 
-    def __init__(self, session: Session, evaluate: Callable[[Any], Any], config: TuningConfig, baseline: float, run: RunContext):
-        self.session, self.evaluate, self.config, self.baseline, self.run = session, evaluate, config, baseline, run
+    def __init__(
+        self,
+        session: Session,
+        evaluate: Callable[[Any], Any],
+        config: TuningConfig,
+        baseline: float,
+        run: RunContext,
+    ) -> None:
+        self.session, self.evaluate, self.config = session, evaluate, config
+        self.baseline, self.run = baseline, run
         self.rules = session.config.keep_float_rules
         self.layer_names = {n for node in session.initial.nodes() for n in (node.name, *node.origin)}
         self.kept: list[str] = []
@@ -205,9 +218,12 @@ class _Tuner:
         score = check_score(self.evaluate(trial.q_model), f"trial {n}'s quantized model")
         memory = graph_memory(trial.graph, quantized=True)
         rec = TuningTrial(
-            n, score, self.drop(score), list(self.kept), added, total(memory).weights_bytes, run_name(n, score)
+            n=n, score=score, drop=self.drop(score), kept_float=list(self.kept), added=added,
+            weights_bytes=total(memory).weights_bytes, run_name=run_name(n, score),
+        )  # fmt: skip
+        LOG.info(
+            "tuning trial %d: score %.4f, drop %.4f, %d layers kept float", n, score, rec.drop, len(self.kept)
         )
-        LOG.info("tuning trial %d: score %.4f, drop %.4f, %d layers kept float", n, score, rec.drop, len(self.kept))
         similarity: SimilarityResult = trial.similarity
         if n == 1:  # the baseline's histograms are the float side of trial 1's comparison
             self.tags = list(similarity.histograms)
@@ -224,7 +240,7 @@ class _Tuner:
             ),
         )  # fmt: skip
         self.records.append(rec)
-        if self.best is None or (score, -len(rec.kept_float)) > (self.best[0].score, -len(self.best[0].kept_float)):
+        if self.best is None or _rank(rec) > _rank(self.best[0]):
             self.best = (rec, trial)
         return rec
 
@@ -265,7 +281,11 @@ class _Tuner:
         for member in reversed(_local_group(graph, graph.node(point))):  # producers first
             if member.quant.activation is None and not member.quant.weights:
                 continue  # nothing quantized: keeping it float changes nothing
-            own = [member.name] if member.name in self.layer_names else [o for o in member.origin if o in self.layer_names]
+            own = (
+                [member.name]
+                if member.name in self.layer_names
+                else [o for o in member.origin if o in self.layer_names]
+            )
             names += [n for n in own if n not in self.kept and n not in names]
         return names
 

@@ -90,17 +90,37 @@ def _kib(n: float) -> str:
 
 def trials_markdown(result: TuningResult) -> str:
     """The trials as a table, baseline first; the returned trial is marked."""
-    rows = [["0 (float)", "all", f"{result.baseline_score:.4f}", "-", _kib(result.baseline_weights_bytes), f"`{result.baseline_run}`"]]
+    rows = [
+        [
+            "0 (float)",
+            "all",
+            f"{result.baseline_score:.4f}",
+            "-",
+            _kib(result.baseline_weights_bytes),
+            f"`{result.baseline_run}`",
+        ]
+    ]
     for t in result.trials:
         mark = " (returned)" if t.n == result.best_trial else ""
         kept = ", ".join(f"`{name}`" for name in t.kept_float) or "none"
-        rows.append([f"{t.n}{mark}", kept, f"{t.score:.4f}", result.format_drop(t.drop), _kib(t.weights_bytes), f"`{t.run_name}`"])
+        rows.append(
+            [
+                f"{t.n}{mark}",
+                kept,
+                f"{t.score:.4f}",
+                result.format_drop(t.drop),
+                _kib(t.weights_bytes),
+                f"`{t.run_name}`",
+            ]
+        )
     verdict = "met" if result.target_met else "**not met**"
     head = (
         f"allowed drop {result.format_drop(result.max_drop)}: {verdict}; "
         f"returned trial {result.best_trial}\n\n"
     )
-    return head + markdown_table(["trial", "layers kept float", "score", "drop", "weights memory", "run"], rows)
+    return head + markdown_table(
+        ["trial", "layers kept float", "score", "drop", "weights memory", "run"], rows
+    )
 
 
 def write_tuning(writer: RunWriter, result: TuningResult) -> None:

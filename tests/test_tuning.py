@@ -1,0 +1,122 @@
+"""Accuracy-driven tuning: the damaged layer is kept float, and every trial reads back as a run."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import model_compression_toolkit as mct
+from model_compression_toolkit.errors import ConfigurationError
+from tests.tb import load, run_folders
+from tutorials import digits
+from tutorials.digits import representative_dataset
+
+PER_TENSOR = mct.core.CoreConfig(
+    quantization_config=mct.core.QuantizationConfig(
+        weights_per_channel=False, weights_error_method=mct.core.QuantizationErrorMethod.NOCLIPPING
+    )
+)
+BASELINE = re.compile(r"baseline_acc_\d+\.\d{4}")
+TRIAL = re.compile(r"tune_(\d+)_acc_\d+\.\d{4}")
+
+
+def tuned_ptq(fw):
+    return (
+        mct.ptq.pytorch_tuned_post_training_quantization
+        if fw.name == "pytorch"
+        else mct.ptq.keras_tuned_post_training_quantization
+    )
+
+
+def damaged(fw, trained_digits):
+    """(damaged model, its culprit compare point, data gen, evaluate)."""
+    model, x_train, x_test, y_test = trained_digits
+    bad, culprit = (
+        digits.torch_with_bad_layer(model) if fw.name == "pytorch" else digits.keras_with_bad_layer(model)
+    )
+
+    def evaluate(m):
+        return digits.accuracy(fw.predict(m), x_test, y_test)
+
+    return bad, culprit, representative_dataset(x_train), evaluate
+
+
+def test_tuning_keeps_the_damaged_layer_float_and_logs_every_trial(fw, trained_digits, tmp_path):
+    bad, culprit, gen, evaluate = damaged(fw, trained_digits)
+    mct.set_log_folder(tmp_path)
+    config = mct.core.TuningConfig(max_drop=1.0, max_trials=3)
+    q_model, info = tuned_ptq(fw)(bad, gen, evaluate, config, PER_TENSOR)
+
+    tuning = info.tuning
+    best = tuning.best
+    assert tuning.target_met and 2 <= len(tuning.trials) <= 3, tuning.summary()
+    assert culprit in best.kept_float, tuning.summary()
+    assert tuning.trials[0].drop > 1.0 and best.drop <= 1.0
+    assert evaluate(q_model) == pytest.approx(best.score)
+    assert info.float_layers[culprit] == "kept in float by a KeepFloat rule"
+    assert info.similarity.layer(culprit).local_sqnr_db > 30
+    json.dumps(info.to_dict(), allow_nan=False)
+
+    (run,) = run_folders(tmp_path)
+    names = sorted(p.name for p in run.iterdir() if p.is_dir())
+    baselines = [n for n in names if BASELINE.fullmatch(n)]
+    trials = sorted((n for n in names if TRIAL.fullmatch(n)), key=lambda n: int(TRIAL.fullmatch(n)[1]))
+    assert baselines == [tuning.baseline_run] and trials == [t.run_name for t in tuning.trials]
+    assert "quantized_graph" in names  # trial 1 is the normal, fully logged PTQ
+    tags = None
+    for name in baselines + trials:
+        acc = load(run / name)
+        assert acc.Tags()["graph"] and "Resources" in acc.Tags()["run_metadata"]
+        assert tags is None or set(acc.Tags()["histograms"]) == tags
+        tags = set(acc.Tags()["histograms"])
+    assert culprit in tags
+    summary = load(run / "tuning")
+    steps = [e.step for e in summary.Scalars("tuning/accuracy")]
+    assert steps == list(range(len(tuning.trials) + 1))
+    assert summary.Scalars("tuning/accuracy")[0].value == pytest.approx(tuning.baseline_score)
+    assert "tuning/trials" in summary.Tags()["tensors"]
+
+
+def test_target_not_met_warns_and_returns_the_best_trial(fw, trained_digits):
+    bad, _, gen, evaluate = damaged(fw, trained_digits)
+    config = mct.core.TuningConfig(max_drop=0.0, max_trials=1)
+    with pytest.warns(UserWarning, match="did not meet the allowed drop"):
+        q_model, info = tuned_ptq(fw)(bad, gen, evaluate, config, PER_TENSOR)
+    assert not info.tuning.target_met and [t.n for t in info.tuning.trials] == [1]
+    assert info.tuning.best_trial == 1 and info.tuning.best.kept_float == []
+    assert any("did not meet" in w for w in info.warnings)
+    assert q_model is not None and info.log_folder is None
+
+
+def test_relative_drop_without_log_folder(fw, trained_digits, tmp_path):
+    bad, culprit, gen, evaluate = damaged(fw, trained_digits)
+    config = mct.core.TuningConfig(max_drop=0.02, relative=True, max_trials=3)
+    q_model, info = tuned_ptq(fw)(bad, gen, evaluate, config, PER_TENSOR)
+    tuning = info.tuning
+    assert tuning.relative and tuning.target_met and culprit in tuning.best.kept_float
+    assert tuning.best.drop == pytest.approx(
+        (tuning.baseline_score - tuning.best.score) / tuning.baseline_score
+    )
+    assert info.similarity is not None and info.log_folder is None
+    json.dumps(info.to_dict(), allow_nan=False)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "evaluate, tuning_config, message",
+    [
+        ("accuracy", None, "evaluate must be a callable.*got str"),
+        (lambda m: 1.0, {"max_drop": 1.0}, "tuning_config must be a mct.core.TuningConfig; got dict"),
+        (lambda m: 1.0, mct.core.TuningConfig(max_drop=-1), "max_drop must be a finite number >= 0"),
+        (lambda m: float("nan"), None, "evaluate must return a finite number.*float model.*nan"),
+        (lambda m: "97%", None, "evaluate must return a finite number"),
+    ],
+)
+def test_bad_evaluate_or_config_fails_before_any_file(fw, tmp_path, evaluate, tuning_config, message):
+    x_train = fw.data()[0]
+    mct.set_log_folder(tmp_path)
+    with pytest.raises(ConfigurationError, match=message):
+        tuned_ptq(fw)(fw.make_digits_cnn(), representative_dataset(x_train), evaluate, tuning_config)
+    assert not list(tmp_path.iterdir())
