@@ -152,6 +152,9 @@ class TensorBoardSink:
         devices = attrs = None
         if report.similarity is not None:  # colour the graph by error, show the metrics on nodes
             devices = error_devices(report.similarity.report)
+            for node in graph.nodes():  # a conv fused with its activation shares the activation's error
+                if node.quant.fused_into in devices:
+                    devices.setdefault(node.name, devices[node.quant.fused_into])
             attrs = metric_attrs(report.similarity.report)
         try:
             main.add_graph(graph_def(graph, report.memory, devices, attrs))
