@@ -44,7 +44,9 @@ def main() -> None:
     mem = info.memory
     print(f"float accuracy:     {float_acc:.2f} %")
     print(f"quantized accuracy: {quant_acc:.2f} %")
-    print(f"weights memory:     {mem.weights_float_bytes / 1024:.1f} KiB -> {mem.weights_quantized_bytes / 1024:.1f} KiB")
+    print(
+        f"weights memory:     {mem.weights_float_bytes / 1024:.1f} KiB -> {mem.weights_quantized_bytes / 1024:.1f} KiB"
+    )
     print(f"this run's logs:    {info.log_folder}")
     print("to see every stage, run:")
     print(f"  tensorboard --logdir {log_folder}")
