@@ -24,9 +24,9 @@ MIN_BITS, MAX_BITS = 2, 16
 class QuantizationMethod(str, Enum):
     """How a quantization range is parametrised.
 
-    POWER_OF_TWO: symmetric, the threshold restricted to a power of two.
-    SYMMETRIC: symmetric around zero, any threshold.
-    UNIFORM: an arbitrary [min, max] range with a zero point.
+    - ``POWER_OF_TWO``: symmetric, the threshold restricted to a power of two.
+    - ``SYMMETRIC``: symmetric around zero, any threshold.
+    - ``UNIFORM``: an arbitrary [min, max] range with a zero point.
     """
 
     POWER_OF_TWO = "power_of_two"
@@ -37,11 +37,11 @@ class QuantizationMethod(str, Enum):
 class QuantizationErrorMethod(str, Enum):
     """How a threshold is chosen.
 
-    NOCLIPPING: the collected min/max (nothing is clipped).
-    MSE / MAE / LP: the threshold minimising the mean squared, absolute, or p-th power
-    error between the tensor and its quantized version (LP uses ``l_p_value``). For
-    activations the error is computed on the collected histogram, for weights on the
-    weights themselves.
+    - ``NOCLIPPING``: the collected min/max (nothing is clipped).
+    - ``MSE`` / ``MAE`` / ``LP``: the threshold minimising the mean squared, absolute, or
+      p-th power error between the tensor and its quantized version (``LP`` uses
+      ``l_p_value``). For activations the error is computed on the collected histogram,
+      for weights on the weights themselves.
     """
 
     NOCLIPPING = "no_clipping"
@@ -69,6 +69,17 @@ class QuantizationConfig:
 
     Weights are quantized symmetrically per output channel (``weights_per_channel``),
     activations per tensor, unsigned when their collected minimum is >= 0.
+
+    Args:
+        weights_n_bits: bits of quantized weights, 2 to 16.
+        activation_n_bits: bits of quantized activations, 2 to 16.
+        weights_quantization_method: how a weight range is parametrised.
+        activation_quantization_method: how an activation range is parametrised.
+        weights_error_method: how weight thresholds are chosen (on the weights).
+        activation_error_method: how activation thresholds are chosen (on the histogram).
+        weights_per_channel: one threshold per output channel (else one per tensor).
+        l_p_value: the p of ``QuantizationErrorMethod.LP``.
+        histogram_bins: bins of the activation histograms collected.
     """
 
     weights_n_bits: int = 8

@@ -111,7 +111,7 @@ class QuantizationInfo:
 
     Attributes:
         framework: ``"pytorch"`` or ``"keras"``.
-        model_name: the model's class name.
+        model_name: the model's name in the run folder (PyTorch: its class; Keras: its name).
         layers: every layer of the quantized graph, by name.
         float_layers: layers whose output stays float, with the reason.
         unsupported_layers: layers of types the library does not know (kept float).

@@ -32,6 +32,7 @@ ERROR_CLASS_THRESHOLDS_DB = {"low": 30.0, "medium": 15.0}
 
 
 def error_class(sqnr_db: float) -> str:
+    """``"low"``, ``"medium"`` or ``"high"`` error for an SQNR in dB (see ERROR_CLASS_THRESHOLDS_DB)."""
     if sqnr_db >= ERROR_CLASS_THRESHOLDS_DB["low"]:
         return "low"
     return "medium" if sqnr_db >= ERROR_CLASS_THRESHOLDS_DB["medium"] else "high"
@@ -80,15 +81,18 @@ class SimilarityReport:
     layers: list[LayerSimilarity]
 
     def ranked(self) -> list[LayerSimilarity]:
+        """Compare points worst first: by local SQNR (accumulated where none), then cosine."""
         return sorted(self.layers, key=lambda layer: (layer.ranking_sqnr_db, layer.cosine_mean))
 
     def layer(self, name: str) -> LayerSimilarity:
+        """The compare point named ``name``."""
         for layer in self.layers:
             if layer.name == name:
                 return layer
         raise KeyError(f"no compare point named {name!r}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The report in the schema of the module docstring (worst first, no NaN or inf)."""
         rows = []
         for rank, layer in enumerate(self.ranked(), start=1):
             row = asdict(layer)
@@ -103,9 +107,11 @@ class SimilarityReport:
         }
 
     def to_json(self) -> str:
+        """`to_dict` as JSON."""
         return json.dumps(self.to_dict(), indent=1, allow_nan=False)
 
     def to_csv(self) -> str:
+        """One row per layer, worst first, without the per-sample cosines."""
         names = [f.name for f in fields(LayerSimilarity) if f.name != "cosine_per_sample"] + ["error_class"]
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=names, extrasaction="ignore", lineterminator="\n")

@@ -94,7 +94,18 @@ def keras_tuned_post_training_quantization(
     tuning_config: TuningConfig | None = None,
     core_config: CoreConfig | None = None,
 ) -> tuple[Any, QuantizationInfo]:
-    """The Keras version of `pytorch_tuned_post_training_quantization`."""
+    """The Keras version of `pytorch_tuned_post_training_quantization`.
+
+    Args:
+        in_model: the float ``keras.Model``; it is not modified.
+        representative_data_gen: as for `keras_post_training_quantization`.
+        evaluate: model -> score, higher is better.
+        tuning_config: the allowed drop and the trial budget.
+        core_config: as for `keras_post_training_quantization`.
+
+    Returns:
+        The best quantized model found and a `QuantizationInfo` with ``tuning``.
+    """
     from model_compression_toolkit.core.tuning import tuned_post_training_quantization
 
     return tuned_post_training_quantization(
