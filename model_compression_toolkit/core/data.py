@@ -43,6 +43,7 @@ class RepresentativeData:
         self._backend = backend
         self._first: Batch | None = None
         self._rest: Iterator[Any] | None = None
+        self._shapes: list[tuple | None] = []  # the input shapes the model declares
         self._check_first(model)
 
     def _iterate(self) -> Iterator[Any]:
@@ -67,26 +68,27 @@ class RepresentativeData:
                     f"batch {index}, input {i}: expected a numpy array or a {self._backend.name} tensor; "
                     f"got {_describe(item)}"
                 )
-            arrays.append(np.asarray(self._backend.to_numpy(item)))
+            array = np.asarray(self._backend.to_numpy(item))
+            if array.ndim >= 1 and array.shape[0] == 0:
+                raise RepresentativeDataError(
+                    f"batch {index}, input {i} has no samples (shape {array.shape}); every batch from "
+                    "representative_data_gen must hold at least one sample"
+                )
+            arrays.append(array)
+        if self._first is not None:  # a later batch: the same inputs as the first one
+            self._check_count(arrays, len(self._first), index)
+            self._check_shapes(arrays, index)
         return arrays
 
-    def _check_first(self, model: Any) -> None:
-        self._rest = self._iterate()
-        try:
-            first = next(self._rest)
-        except StopIteration:
-            raise RepresentativeDataError(
-                "representative_data_gen yielded no batches; it must yield at least one list of arrays"
-            ) from None
-        self._first = self._convert(first, 0)
-        expected = self._backend.input_count(model)
-        if expected is not None and len(self._first) != expected:
+    def _check_count(self, arrays: Batch, expected: int | None, index: int) -> None:
+        if expected is not None and len(arrays) != expected:
             raise InputMismatchError(
-                f"the model takes {expected} input(s); each batch from representative_data_gen holds "
-                f"{len(self._first)} ({', '.join(_describe(a) for a in self._first)})"
+                f"the model takes {expected} input(s); each batch from representative_data_gen must hold "
+                f"{expected}, but batch {index} holds {len(arrays)} ({', '.join(_describe(a) for a in arrays)})"
             )
-        shapes = self._backend.expected_input_shapes(model)
-        for i, (arr, want) in enumerate(zip(self._first, shapes or [])):
+
+    def _check_shapes(self, arrays: Batch, index: int) -> None:
+        for i, (arr, want) in enumerate(zip(arrays, self._shapes)):
             if want is None or _fits(arr.shape, want):
                 continue
             hint = ""
@@ -97,8 +99,21 @@ class RepresentativeData:
                     f"transpose it with np.transpose(x, {order})"
                 )
             raise InputMismatchError(
-                f"input {i}: the model expects batches of shape {_show(want)}; got {arr.shape}{hint}"
+                f"batch {index}, input {i}: the model expects batches of shape {_show(want)}; got {arr.shape}{hint}"
             )
+
+    def _check_first(self, model: Any) -> None:
+        self._rest = self._iterate()
+        try:
+            first = next(self._rest)
+        except StopIteration:
+            raise RepresentativeDataError(
+                "representative_data_gen yielded no batches; it must yield at least one list of arrays"
+            ) from None
+        self._first = self._convert(first, 0)
+        self._check_count(self._first, self._backend.input_count(model), 0)
+        self._shapes = list(self._backend.expected_input_shapes(model) or [])
+        self._check_shapes(self._first, 0)
 
     @property
     def first(self) -> Batch:

@@ -34,7 +34,7 @@ from model_compression_toolkit.core.selection import check_rules
 from model_compression_toolkit.core.stage import StageReport, StageSink
 from model_compression_toolkit.core.statistics import NodeStatistics, StatisticsCollector
 from model_compression_toolkit.core.thresholds import fill_activation_config, fill_weights_config
-from model_compression_toolkit.errors import ConfigurationError, ModelReadError
+from model_compression_toolkit.errors import ConfigurationError, InputMismatchError, ModelReadError
 from model_compression_toolkit.logger import RunContext, ptq_run
 
 LOG = logging.getLogger("model_compression_toolkit")
@@ -163,8 +163,16 @@ class Session:
         collectors = {n: StatisticsCollector(bins, graph.node(n).channel_axis) for n in names}
         model = self.backend.build(graph, quantized=False, extra_outputs=names)
         n_outputs = len(graph.outputs)
-        for batch in tqdm(self.data.batches(), desc="Collecting statistics", unit="batch", leave=False):
-            outputs = self.backend.run(model, batch)
+        batches = tqdm(self.data.batches(), desc="Collecting statistics", unit="batch", leave=False)
+        for index, batch in enumerate(batches):
+            try:
+                outputs = self.backend.run(model, batch)
+            except (RuntimeError, ValueError, TypeError) as err:  # the first batch ran: this one is bad
+                shapes = ", ".join(f"input {i}: {a.shape}" for i, a in enumerate(batch))
+                first = ", ".join(str(a.shape) for a in self.data.first)
+                raise InputMismatchError(
+                    f"batch {index}, {shapes} does not fit the model, though batch 0 ({first}) did: {err}"
+                ) from err
             for name, value in zip(names, outputs[n_outputs:]):
                 collectors[name].update(value)
         stats = {n: c.result() for n, c in collectors.items()}
@@ -204,6 +212,13 @@ class Session:
     def info(self, graph: Graph, run: RunContext) -> QuantizationInfo:
         return QuantizationInfo.of(graph, self.model_name, run.folder, self.warnings)
 
+    def _write(self, write: Callable[[Any], None], folder: Any) -> None:
+        """Write report files; a failing disk warns and quantization goes on."""
+        try:
+            write(folder)
+        except OSError as err:
+            self.warn(f"could not write report files into {folder}: {err}; quantization goes on", RuntimeWarning)
+
     # -------------------------------------------------------------- the pipeline
     def run(self, run: RunContext) -> tuple[Any, QuantizationInfo]:
         """Every stage, each reported to ``run.sink`` when it completes."""
@@ -221,12 +236,12 @@ class Session:
 
             mixed = search_bit_widths(self, graph, self.target)
             if run.folder is not None:
-                mixed.write(run.folder)
+                self._write(mixed.write, run.folder)
         q_model = self.build(graph)
         similarity = None
         if self.config.debug_config.analyze_similarity and run.folder is not None:
             similarity = self.analyze(graph)
-            similarity.report.write(run.folder)
+            self._write(similarity.report.write, run.folder)
             LOG.info(similarity.report.summary())
         _report(
             sink, "quantized_graph", graph, quantized=True,

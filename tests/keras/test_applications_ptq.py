@@ -54,7 +54,7 @@ def test_quantized_digits_model_saves_and_loads_bit_identical(trained_digits_ker
 
 @pytest.fixture
 def trained_digits_keras():
-    from tests.conftest import FRAMEWORKS, _TRAINED
+    from tests.conftest import _TRAINED, FRAMEWORKS
 
     fw = FRAMEWORKS["keras"]
     x_train, y_train, _, _ = fw.data()

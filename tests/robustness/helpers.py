@@ -1,0 +1,77 @@
+"""Shared by the robustness tests: small models, configs, tree snapshots, subprocess runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import model_compression_toolkit as mct
+from model_compression_toolkit.core.stage import STAGES
+from tests.tb import load
+
+REPO = Path(__file__).resolve().parents[2]
+WORKER = "tests.robustness.worker"
+
+
+def no_similarity() -> mct.core.CoreConfig:
+    """The cheapest full pipeline: every stage logged, no float-vs-quantized analysis."""
+    return mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+
+
+def tree(root: Path) -> set[Path]:
+    """Every path under ``root`` (files and folders)."""
+    return set(Path(root).rglob("*"))
+
+
+def event_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.name.startswith("events.out.tfevents."))
+
+
+def assert_complete_run(run: Path) -> None:
+    """Every stage of ``run`` loads with TensorBoard's loader: one event file, a graph, its data."""
+    for stage in STAGES:
+        assert len(event_files(run / stage)) == 1, (run, stage)
+        acc = load(run / stage)
+        assert acc.Tags()["graph"] and len(acc.Graph().node) > 5, (run, stage)
+        if stage in ("after_statistics_collection", "thresholds_selection"):
+            assert acc.Tags()["histograms"], (run, stage)
+            for field in ("min_per_channel", "max_per_channel", "mean_per_channel"):
+                assert load(run / stage / field).Tags()["scalars"], (run, stage, field)
+        if stage == "quantized_graph":
+            assert any(t.endswith("/weights/quantized") for t in acc.Tags()["histograms"]), run
+
+
+def worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["TQDM_DISABLE"] = "1"
+    return env
+
+
+def start_worker(*args: Any) -> subprocess.Popen:
+    """``python -m tests.robustness.worker <args>`` from the repository root."""
+    return subprocess.Popen(
+        [sys.executable, "-m", WORKER, *map(str, args)],
+        cwd=REPO,
+        env=worker_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def worker_result(proc: subprocess.Popen, timeout: float) -> dict:
+    """Wait for a worker and parse the JSON line it printed last; fail with its stderr."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"worker timed out after {timeout} s:\n{err[-3000:]}") from None
+    assert proc.returncode == 0, f"worker failed ({proc.returncode}):\n{err[-3000:]}"
+    return json.loads(out.strip().splitlines()[-1])

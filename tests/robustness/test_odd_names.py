@@ -1,0 +1,132 @@
+"""Layer and model names with spaces, quotes, slashes, dots or non-ASCII are logged and
+shown as they are, and nothing is written outside the run folder."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import model_compression_toolkit as mct
+from model_compression_toolkit.errors import ModelReadError
+from tests.robustness.helpers import tree
+from tests.tb import load, run_folders
+
+# Names each framework accepts for a layer ("." is refused by torch, "/" by Keras).
+TORCH_NAMES = ["conv 1", "ü ñ 日本", "q'uote", "a/b", "~/up", "<b>x</b>", "a,b;c"]
+KERAS_NAMES = ["conv 1", "ü ñ 日本", "q'uote", 'dq"x', "..", "a..b", "..\\up", "<b>x<b>", "a,b;c"]
+
+
+def _torch_model(names):
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    # a class name that is itself hostile: it becomes the run folder's name
+    cls = type("../../evil model ü", (nn.Sequential,), {})
+    model = cls()
+    for name in names:
+        model.add_module(name, nn.Linear(8, 8))
+    return model.eval()
+
+
+def _keras_model(names):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8,), name="in put")
+    x = inputs
+    for name in names:
+        x = keras.layers.Dense(8, name=name)(x)
+    return keras.Model(inputs, x, name="..\\..\\evil model ü")
+
+
+@pytest.mark.filterwarnings("ignore:Glyph .* missing from font")  # matplotlib cannot draw CJK names
+def test_odd_layer_names_are_logged_and_shown_and_stay_inside_the_run_folder(fw, tmp_path, monkeypatch):
+    """Layers named with spaces, quotes, slashes, dots, tabs, markup or non-ASCII, in a model
+    whose own name tries to climb out of the log folder: every layer is a graph node and has
+    its activation and weight histograms under its own name, the run is complete with the
+    similarity view, and every new file lies inside the one run folder."""
+    names = TORCH_NAMES if fw.name == "pytorch" else KERAS_NAMES
+    model = _torch_model(names) if fw.name == "pytorch" else _keras_model(names)
+    logs = tmp_path / "deep" / "logs"
+    (tmp_path / "up").mkdir()  # where "..\\up" or the model's "../../" name would land
+    monkeypatch.chdir(tmp_path / "up")
+    before = tree(tmp_path)
+    mct.set_log_folder(logs)
+    x = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
+    q_model, info = fw.ptq(model, lambda: [[x[:8]], [x[8:]]])
+    assert set(names) <= set(info.layers)
+
+    (run,) = run_folders(logs)
+    assert info.log_folder == run
+    new = tree(tmp_path) - before
+    assert new and all(p == logs or p == logs.parent or p.is_relative_to(run) for p in new), sorted(new)
+    for path in new:
+        assert path.resolve().is_relative_to(run.resolve()) or path in (logs, logs.parent)
+
+    for stage in ("initial_graph", "after_graph_preparation", "quantized_graph"):
+        nodes = {n.name for n in load(run / stage).Graph().node}
+        assert set(names) <= nodes, (stage, set(names) - nodes)
+    activations = set(load(run / "after_statistics_collection").Tags()["histograms"])
+    assert set(names) <= activations
+    weights = set(load(run / "quantized_graph").Tags()["histograms"])
+    for name in names:
+        assert {f"{name}/weights/float", f"{name}/weights/quantized"} <= weights, name
+    summary = load(run / "quantized_graph").Tensors("summary")[0].tensor_proto.string_val[0].decode("utf-8")
+    for name in names:
+        assert f"`{name}`" in summary.replace("\\|", "|"), name
+    similarity = load(run / "similarity")
+    report = similarity.Tensors("similarity/report")[0].tensor_proto.string_val[0].decode("utf-8")
+    for name in names:
+        assert name in report.replace("\\|", "|"), name
+
+
+def test_layer_names_that_collide_once_cleaned_stay_distinct_graph_nodes(fw, tmp_path):
+    """Two layers whose names differ only by a character TensorBoard cannot show in a graph
+    node name (``a:b`` and ``a_b``) remain two distinct graph nodes, and each keeps its own
+    activation histogram under its real name."""
+    names = ["a:b", "a_b", "^c"]
+    model = _torch_model(names) if fw.name == "pytorch" else _keras_model(names)
+    mct.set_log_folder(tmp_path)
+    x = np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32)
+    fw.ptq(
+        model, lambda: [[x]], mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+    )
+    (run,) = run_folders(tmp_path)
+    acc = load(run / "after_statistics_collection")
+    nodes = [n.name for n in acc.Graph().node]
+    assert len(nodes) == len(set(nodes)) == len(names) + 1  # the input, then one node per layer
+    assert set(names) <= set(acc.Tags()["histograms"])
+
+
+def test_a_torch_name_that_torch_fx_cannot_trace_gets_a_typed_error_and_writes_nothing(tmp_path):
+    """torch accepts a module named with a double quote but torch.fx cannot generate code
+    for it: the PTQ call fails with ModelReadError naming the model, before writing."""
+    pytest.importorskip("torch")
+    model = _torch_model(['dq"x'])
+    mct.set_log_folder(tmp_path / "logs")
+    x = np.zeros((2, 8), np.float32)
+    with pytest.raises(ModelReadError, match="could not trace"):
+        mct.ptq.pytorch_post_training_quantization(model, lambda: [[x]])
+    assert list((tmp_path / "logs").iterdir()) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pytorch/builder.py keeps the user's module names as attribute targets of the built "
+    'fx.GraphModule and torch.fx writes them unescaped into getattr(self, "..."): a backslash '
+    "name reads fine but the built model looks up '\\x08ack' and raises an untyped AttributeError "
+    "while collecting statistics",
+)
+def test_a_torch_module_name_with_a_backslash_is_quantized(tmp_path):
+    """torch accepts a module named ``\\back``: it is read, quantized and logged under that name."""
+    pytest.importorskip("torch")
+    model = _torch_model(["\\back", "ok"])
+    mct.set_log_folder(tmp_path)
+    x = np.random.default_rng(2).standard_normal((8, 8)).astype(np.float32)
+    _, info = mct.ptq.pytorch_post_training_quantization(
+        model, lambda: [[x]], mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+    )
+    assert "\\back" in info.layers
+    (run,) = run_folders(tmp_path)
+    assert "\\back" in load(run / "after_statistics_collection").Tags()["histograms"]
