@@ -214,12 +214,20 @@ def check_graphs(driver, logged: LoggedRun, text: str) -> None:
 
 
 def check_text(driver, logged: LoggedRun, text: str) -> None:
-    """Every report and every stage summary is on the page in full, in order."""
-    page = " ".join(words(text))
-    for run, tags in logged.runs_with("text").items():
-        for tag in tags:
-            for _, _, raw in raw_texts(logged, run, tag):
-                assert " ".join(words(raw)) in page, (run, tag)
+    """Every report and every stage summary is on the page in full (cards render lazily:
+    the page is read again, for a bounded time, until all are there)."""
+    wanted = {
+        (run, tag): " ".join(words(raw))
+        for run, tags in logged.runs_with("text").items()
+        for tag in tags
+        for _, _, raw in raw_texts(logged, run, tag)
+    }
+
+    def missing() -> list:
+        page = " ".join(words(browser.deep_text(driver)))
+        return [key for key, body in wanted.items() if body not in page]
+
+    browser.wait_for(lambda: not missing() or None, 60, "every text card rendered in full")
 
 
 def check_images(driver, logged: LoggedRun, text: str) -> None:
