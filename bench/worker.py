@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import traceback
@@ -51,17 +50,21 @@ def import_tool(tool: str, mode: str):
         import model_compression_toolkit.pytorch.backend  # noqa: F401  (loaded at first call)
 
         if mode != "off":  # what ours loads lazily when a log folder is set
-            import model_compression_toolkit.visualization.sink  # noqa: F401
             import PIL.Image  # noqa: F401
             from matplotlib import colormaps  # noqa: F401
 
-        if not Path(mct.__file__).resolve().is_relative_to(REPO):
+            import model_compression_toolkit.visualization.sink  # noqa: F401
+
+        if Path(mct.__file__).resolve().parent != REPO / "model_compression_toolkit":
             raise RuntimeError(f"expected our package from {REPO}; got {mct.__file__}")
     else:
         sys.path.append(str(REPO))  # for bench/ and tutorials/ only: site-packages comes first
         import model_compression_toolkit as mct
 
-        if getattr(mct, "__version__", None) != "2.6.1" or Path(mct.__file__).resolve().is_relative_to(REPO):
+        if (
+            getattr(mct, "__version__", None) != "2.6.1"
+            or Path(mct.__file__).resolve().parent == REPO / "model_compression_toolkit"
+        ):
             raise RuntimeError(f"expected MCT 2.6.1 from site-packages; got {mct.__file__}")
     return mct
 
@@ -103,7 +106,11 @@ def run_ptq(mct, tool: str, mode: str, model, gen, log_dir: str | None):
     if mode != "off":
         mct.set_log_folder(log_dir)
     if tool == "ours":
-        config = None if mode == "sim" else mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+        config = (
+            None
+            if mode == "sim"
+            else mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+        )
         return mct.ptq.pytorch_post_training_quantization(model, gen, core_config=config)
     config = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=(mode == "sim")))
     return mct.ptq.pytorch_post_training_quantization(model, gen, core_config=config)
@@ -171,14 +178,16 @@ def write_profile(profiler, path: Path) -> None:
     out = io.StringIO()
     stats = pstats.Stats(profiler, stream=out).strip_dirs()
     out.write("== by cumulative time ==\n")
-    stats.sort_stats("cumulative").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(25)
     out.write("== by own time ==\n")
-    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("tottime").print_stats(15)
     path.write_text(out.getvalue(), encoding="utf-8")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tool", choices=["mct", "ours"], required=True)
     parser.add_argument("--model", required=True, help="digits, resnet18, mobilenet_v2 or conv_stack_<depth>")
     parser.add_argument("--mode", choices=["off", "log", "sim"], required=True)
@@ -196,8 +205,6 @@ def main() -> None:
         record = {"tool": args.tool, "model": args.model, "mode": args.mode, "rep": args.rep,
                   "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}  # fmt: skip
     Path(args.out).write_text(json.dumps(record, indent=1), encoding="utf-8")
-    sys.stdout.flush()
-    os._exit(0)  # skip interpreter teardown (MCT leaves writer threads behind); the record is written
 
 
 if __name__ == "__main__":
