@@ -71,9 +71,13 @@ class _PointAccumulator:
         return np.linspace(lo, hi, HISTOGRAM_BINS + 1)
 
     def _hist(self, values: np.ndarray) -> np.ndarray:
+        """Counts on the uniform bins ``self.edges`` (values outside go to the end bins)."""
         v = values.ravel()
-        v = v[np.isfinite(v)]
-        return np.histogram(np.clip(v, self.edges[0], self.edges[-1]), bins=self.edges)[0]
+        if not np.isfinite(v).all():
+            v = v[np.isfinite(v)]
+        lo, width = self.edges[0], (self.edges[-1] - self.edges[0]) / HISTOGRAM_BINS
+        index = np.clip(((v - lo) / width).astype(np.int64), 0, HISTOGRAM_BINS - 1)
+        return np.bincount(index, minlength=HISTOGRAM_BINS)
 
     def update(self, reference: np.ndarray, quantized: np.ndarray, local: np.ndarray | None) -> None:
         self.accumulated.append(compare(reference, quantized))

@@ -37,8 +37,8 @@ BUILT_MARK = "model_compression_toolkit_built"  # key in GraphModule.meta of the
 class ActivationFakeQuant(nn.Module):
     """``x -> (clamp(round(x / scale) + zero_point, qmin, qmax) - zero_point) * scale``.
 
-    Computed in the precision of the grid (float64 for numpy grids), as
-    `core.quantizers.fake_quant` does, and returned in x's dtype.
+    Computed in float32 (the grid's scale and zero point rounded to float32), as
+    `core.quantizers.fake_quant` computes with a float32 grid, and returned in x's dtype.
 
     Args:
         grid: scalars, or one entry per channel along ``channel_axis``.
@@ -51,7 +51,7 @@ class ActivationFakeQuant(nn.Module):
         self.node_name = node_name
         self.qmin, self.qmax = int(grid.qmin), int(grid.qmax)
         scale, zero_point = np.asarray(grid.scale), np.asarray(grid.zero_point)
-        dtype = np.result_type(scale.dtype, zero_point.dtype, np.float32)
+        dtype = np.float32  # as activations flow: float64 would double every quantizer's cost
         if scale.size > 1:
             if channel_axis is None or ndim == 0:
                 raise GraphValidationError(
