@@ -76,7 +76,8 @@ class _PointAccumulator:
         if not np.isfinite(v).all():
             v = v[np.isfinite(v)]
         lo, width = self.edges[0], (self.edges[-1] - self.edges[0]) / HISTOGRAM_BINS
-        index = np.clip(((v - lo) / width).astype(np.int64), 0, HISTOGRAM_BINS - 1)
+        scaled = (v - v.dtype.type(lo)) * v.dtype.type(1 / width)  # in the values' precision
+        index = np.clip(scaled, 0, HISTOGRAM_BINS - 1).astype(np.int64)
         return np.bincount(index, minlength=HISTOGRAM_BINS)
 
     def update(self, reference: np.ndarray, quantized: np.ndarray, local: np.ndarray | None) -> None:

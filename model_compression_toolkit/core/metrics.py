@@ -35,12 +35,19 @@ class SampleMetrics:
 
 
 def _flat(x: np.ndarray) -> np.ndarray:
+    """(samples, values), floating point as given (float32 stays float32: no big copies)."""
     x = np.asarray(x)
     x = x.reshape(x.shape[0], -1) if x.ndim > 1 else x.reshape(-1, 1)
-    x = x.astype(np.float64, copy=False)
+    if not np.issubdtype(x.dtype, np.floating):
+        x = x.astype(np.float64)
     if not np.isfinite(x).all():
         x = np.where(np.isfinite(x), x, 0.0)
     return x
+
+
+def _row_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per-row dot products in float64, cast chunk by chunk (no float64 copy of the inputs)."""
+    return np.einsum("ij,ij->i", a, b, dtype=np.float64, casting="safe")
 
 
 def compare(reference: np.ndarray, actual: np.ndarray) -> SampleMetrics:
@@ -48,11 +55,11 @@ def compare(reference: np.ndarray, actual: np.ndarray) -> SampleMetrics:
     a, b = _flat(reference), _flat(actual)
     if a.shape != b.shape:
         raise ValueError(f"cannot compare tensors of shapes {reference.shape} and {actual.shape}")
-    diff = a - b
-    signal = np.einsum("ij,ij->i", a, a)
-    noise = np.einsum("ij,ij->i", diff, diff)
-    norm_b = np.einsum("ij,ij->i", b, b)
-    dot = np.einsum("ij,ij->i", a, b)
+    with np.errstate(over="ignore"):
+        diff = np.subtract(a, b)
+    if not np.isfinite(diff).all():  # float32 extremes: subtract in float64
+        diff = np.subtract(a, b, dtype=np.float64)
+    signal, noise, norm_b, dot = _row_dot(a, a), _row_dot(diff, diff), _row_dot(b, b), _row_dot(a, b)
     denom = np.sqrt(signal * norm_b)
     with np.errstate(divide="ignore", invalid="ignore"):
         cosine = np.where(denom > 0, dot / np.where(denom > 0, denom, 1.0), 0.0)
