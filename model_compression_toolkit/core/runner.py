@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,12 +73,30 @@ def select_thresholds(graph: Graph, stats: dict[str, NodeStatistics], l_p_value:
             fill_activation_config(node.quant.activation, stats[node.name], l_p_value)
 
 
-def quantized_weights(graph: Graph) -> dict[str, dict[str, np.ndarray]]:
-    return {
-        node.name: {w: fake_quant(node.weights[w], cfg.grid, cfg.channel_axes) for w, cfg in node.quant.weights.items()}
-        for node in graph.nodes()
-        if node.quant.weights
-    }
+class QuantizedWeights(Mapping):
+    """node -> weight name -> quantized weights, computed on first use (only a logging sink asks)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self._graph = graph
+        self._values: dict[str, dict[str, np.ndarray]] | None = None
+
+    def _all(self) -> dict[str, dict[str, np.ndarray]]:
+        if self._values is None:
+            self._values = {
+                node.name: {w: fake_quant(node.weights[w], c.grid, c.channel_axes) for w, c in node.quant.weights.items()}
+                for node in self._graph.nodes()
+                if node.quant.weights
+            }
+        return self._values
+
+    def __getitem__(self, name: str) -> dict[str, np.ndarray]:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 def _report(sink: StageSink, name: str, graph: Graph, quantized: bool = False, **kwargs: Any) -> None:
@@ -245,7 +263,7 @@ class Session:
             LOG.info(similarity.report.summary())
         _report(
             sink, "quantized_graph", graph, quantized=True,
-            quantized_weights=quantized_weights(graph), similarity=similarity, mixed_precision=mixed,
+            quantized_weights=QuantizedWeights(graph), similarity=similarity, mixed_precision=mixed,
         )  # fmt: skip
         info = self.info(graph, run)
         info.similarity = similarity.report if similarity is not None else None

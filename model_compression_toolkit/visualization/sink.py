@@ -206,14 +206,15 @@ class TensorBoardSink:
                 f = node.weights.get(wname)
                 if f is None:
                     continue
-                f, q = np.asarray(f, np.float64), np.asarray(q, np.float64)
-                both = np.concatenate([f[np.isfinite(f)].ravel(), q[np.isfinite(q)].ravel()])
-                if both.size == 0:
+                finite = [v[np.isfinite(v)] for v in (np.asarray(f), np.asarray(q))]
+                if not any(v.size for v in finite):
                     continue
-                edges = np.histogram_bin_edges(both, bins=WEIGHT_BINS)
+                lo = float(min(v.min() for v in finite if v.size))
+                hi = float(max(v.max() for v in finite if v.size))
+                bins = (WEIGHT_BINS, (lo, hi if hi > lo else lo + 1.0))  # the same uniform bins for both
                 base = f"{node_name}/weights" if wname == "kernel" else f"{node_name}/weights/{wname}"
-                out[f"{base}/float"] = histogram_from_values(f, edges)
-                out[f"{base}/quantized"] = histogram_from_values(q, edges)
+                out[f"{base}/float"] = histogram_from_values(finite[0], *bins)
+                out[f"{base}/quantized"] = histogram_from_values(finite[1], *bins)
         return out
 
     def close(self) -> None:

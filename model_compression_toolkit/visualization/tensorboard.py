@@ -292,13 +292,19 @@ def histogram_proto(
     )
 
 
-def histogram_from_values(values: np.ndarray, bins: int | np.ndarray = 256) -> summary_pb2.HistogramProto:
-    """Histogram of the finite values of an array; ``bins`` may be a count or the edges."""
+def histogram_from_values(
+    values: np.ndarray, bins: int | np.ndarray = 256, value_range: tuple[float, float] | None = None
+) -> summary_pb2.HistogramProto:
+    """Histogram of the finite values of an array; ``bins`` may be a count or the edges.
+
+    With a count and ``value_range`` the bins are uniform over that range (numpy's fast
+    path, and the same edges for every array given the same range).
+    """
     flat = np.asarray(values, dtype=np.float64).ravel()
     flat = flat[np.isfinite(flat)]
     if flat.size == 0:
         return summary_pb2.HistogramProto()
-    counts, edges = np.histogram(flat, bins=bins)
+    counts, edges = np.histogram(flat, bins=bins, range=value_range)
     return histogram_proto(
         counts,
         edges,
