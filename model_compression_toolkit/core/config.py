@@ -198,7 +198,7 @@ class MixedPrecisionConfig:
     """
 
     candidate_bits: Sequence[int] = (8, 4, 2)
-    samples: int = 32
+    samples: int = 16
 
     def validate(self) -> None:
         if not self.candidate_bits:

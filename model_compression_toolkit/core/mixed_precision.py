@@ -17,7 +17,7 @@ candidate bits, everything else float) divided by its local NSR at those bits. T
 NSR says how a layer's error grows with fewer bits; the gain says how much of it reaches
 the output (global pooling averages noise away, later layers may amplify it).
 Local NSRs are measured on the first ``MixedPrecisionConfig.samples`` representative
-samples, gains on the first 8. Cost: one float pass with extra outputs, one pass of the
+samples, gains on the first 4. Cost: one float pass with extra outputs, one pass of the
 local model (every candidate layer side by side) per candidate bit-width, and one small
 pass per candidate layer::
 
@@ -81,7 +81,7 @@ LOG = logging.getLogger("model_compression_toolkit")
 JSON_FILE, CSV_FILE = "mixed_precision.json", "mixed_precision.csv"
 BYTES_PER_VALUE = 4
 DP_MAX_STEPS = 1_000_000
-GAIN_SAMPLES = 8  # samples of the per-layer output passes
+GAIN_SAMPLES = 4  # samples of the per-layer output passes
 LOCAL, WEIGHTS, NOT_MEASURED = "local output", "weights only", "not measured"
 
 
