@@ -52,13 +52,16 @@ def setup(framework: str):
     return model, batches, ptq, float_pass
 
 
-def timed(fn, repeats: int) -> float:
-    times = []
+def interleaved(fns: dict, repeats: int) -> dict:
+    """Median seconds of each function, the functions taking turns so that drift in the
+    machine's speed hits them all alike."""
+    times: dict = {name: [] for name in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main() -> None:
@@ -84,10 +87,12 @@ def main() -> None:
         return run
 
     float_pass()  # warm-up
-    t_float = timed(float_pass, args.repeats)
-    t_off = timed(ptq_off, args.repeats)
-    t_on = timed(ptq_on(no_sim), args.repeats)
-    t_sim = timed(ptq_on(mct.core.CoreConfig()), args.repeats)
+    ptq_off()
+    t = interleaved(
+        {"float": float_pass, "off": ptq_off, "on": ptq_on(no_sim), "sim": ptq_on(mct.core.CoreConfig())},
+        args.repeats,
+    )
+    t_float, t_off, t_on, t_sim = t["float"], t["off"], t["on"], t["sim"]
     print(f"framework: {args.framework}, median of {args.repeats}")
     print(f"float pass over the data: {t_float:.2f} s")
     print(f"PTQ, logging off:         {t_off:.2f} s  ({t_off / t_float:.1f}x the float pass; target <= 8x)")

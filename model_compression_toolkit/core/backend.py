@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -46,7 +46,13 @@ class Backend(Protocol):
         when the sample does not fit the model.
         """
 
-    def build(self, graph: Graph, quantized: bool, extra_outputs: Sequence[str] = ()) -> Any:
+    def build(
+        self,
+        graph: Graph,
+        quantized: bool,
+        extra_outputs: Sequence[str] = (),
+        weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    ) -> Any:
         """Build a model from ``graph``.
 
         Float mode uses the graph's float weights and no activation quantizers. Quantized
@@ -54,7 +60,8 @@ class Backend(Protocol):
         activation fake-quantizer, named after its node, after every node whose
         ``quant.activation`` has a grid. With ``extra_outputs``, the model returns the
         graph outputs followed by the outputs of those nodes (after their quantizer in
-        quantized mode).
+        quantized mode). ``weights`` (node -> weight name -> array) are quantized weights
+        already computed, used instead of computing them again.
         """
 
     def run(self, model: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

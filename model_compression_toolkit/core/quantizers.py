@@ -5,9 +5,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from model_compression_toolkit.core.quant_config import QuantGrid
+
+if TYPE_CHECKING:
+    from model_compression_toolkit.core.graph import Node
 
 # Smallest threshold / range width: an all-zero channel still gets a valid grid.
 MIN_THRESHOLD = 2.0**-16
@@ -65,8 +71,35 @@ def fake_quant(x: np.ndarray, grid: QuantGrid, axes: tuple[int, ...] = ()) -> np
     x = np.asarray(x)
     scale = _broadcast(grid.scale, x.ndim, axes, x.shape)
     zp = _broadcast(grid.zero_point, x.ndim, axes, x.shape)
-    q = np.clip(np.round(x / scale) + zp, grid.qmin, grid.qmax)
-    return ((q - zp) * scale).astype(x.dtype, copy=False)
+    if x.ndim == 0 or x.size <= _BLOCK_VALUES:
+        return _fake_quant_block(x, scale, zp, grid)
+    out = np.empty_like(x)
+    rows = max(1, _BLOCK_VALUES // max(1, x[0].size))  # blocks of rows: small temporaries, in cache
+    for start in range(0, x.shape[0], rows):
+        block = slice(start, start + rows)
+        out[block] = _fake_quant_block(x[block], _rows(scale, block), _rows(zp, block), grid)
+    return out
+
+
+_BLOCK_VALUES = 1 << 16
+
+
+def _rows(param: np.ndarray, block: slice) -> np.ndarray:
+    """The rows of a broadcast parameter that go with ``block`` of the tensor's first axis."""
+    return param[block] if np.ndim(param) and np.shape(param)[0] > 1 else param
+
+
+def _fake_quant_block(x: np.ndarray, scale: np.ndarray, zp: np.ndarray, grid: QuantGrid) -> np.ndarray:
+    shifted = bool(np.any(zp))
+    q = np.asarray(np.divide(x, scale))  # one temporary, updated in place
+    np.round(q, out=q)
+    if shifted:
+        q += zp
+    np.clip(q, grid.qmin, grid.qmax, out=q)
+    if shifted:
+        q -= zp
+    q *= scale
+    return q.astype(x.dtype, copy=False)
 
 
 def channel_view(w: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -76,3 +109,20 @@ def channel_view(w: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     moved = np.transpose(w, axes + rest)
     n_channels = int(np.prod([w.shape[a] for a in axes], dtype=np.int64)) if axes else 1
     return moved.reshape(n_channels, -1)
+
+
+def node_weight(
+    node: Node, name: str, quantized: bool, known: Mapping[str, Mapping[str, np.ndarray]] | None = None
+) -> np.ndarray:
+    """The node's weight ``name``, fake-quantized on its grid when ``quantized``.
+
+    ``known`` (node -> weight name -> array) holds quantized weights already computed;
+    one found there is used as is.
+    """
+    value = node.weights[name]
+    cfg = node.quant.weights.get(name) if quantized else None
+    if cfg is None or cfg.grid is None:
+        return value
+    if known is not None and node.name in known and name in known[node.name]:
+        return known[node.name][name]
+    return fake_quant(value, cfg.grid, cfg.channel_axes)

@@ -74,29 +74,34 @@ def select_thresholds(graph: Graph, stats: dict[str, NodeStatistics], l_p_value:
 
 
 class QuantizedWeights(Mapping):
-    """node -> weight name -> quantized weights, computed on first use (only a logging sink asks)."""
+    """node -> weight name -> quantized weights, each node's computed on first use.
+
+    The builder of the quantized model and the logging sink share one, so the weights
+    are quantized once.
+    """
 
     def __init__(self, graph: Graph) -> None:
         self._graph = graph
-        self._values: dict[str, dict[str, np.ndarray]] | None = None
-
-    def _all(self) -> dict[str, dict[str, np.ndarray]]:
-        if self._values is None:
-            self._values = {
-                node.name: {w: fake_quant(node.weights[w], c.grid, c.channel_axes) for w, c in node.quant.weights.items()}
-                for node in self._graph.nodes()
-                if node.quant.weights
-            }
-        return self._values
+        self._names = [node.name for node in graph.nodes() if node.quant.weights]
+        self._values: dict[str, dict[str, np.ndarray]] = {}
 
     def __getitem__(self, name: str) -> dict[str, np.ndarray]:
-        return self._all()[name]
+        if name not in self._values:
+            if name not in self._names:
+                raise KeyError(name)
+            node = self._graph.node(name)
+            self._values[name] = {
+                w: fake_quant(node.weights[w], c.grid, c.channel_axes)
+                for w, c in node.quant.weights.items()
+                if c.grid is not None
+            }
+        return self._values[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._all())
+        return iter(self._names)
 
     def __len__(self) -> int:
-        return len(self._all())
+        return len(self._names)
 
 
 def _report(sink: StageSink, name: str, graph: Graph, quantized: bool = False, **kwargs: Any) -> None:
@@ -206,8 +211,8 @@ class Session:
     def select_thresholds(self, graph: Graph) -> None:
         select_thresholds(graph, self.statistics(graph), self.config.quantization_config.l_p_value)
 
-    def build(self, graph: Graph) -> Any:
-        q_model = self.backend.build(graph, quantized=True)
+    def build(self, graph: Graph, weights: QuantizedWeights | None = None) -> Any:
+        q_model = self.backend.build(graph, quantized=True, weights=weights)
         remember(q_model, graph)
         return q_model
 
@@ -255,7 +260,8 @@ class Session:
             mixed = search_bit_widths(self, graph, self.target)
             if run.folder is not None:
                 self._write(mixed.write, run.folder)
-        q_model = self.build(graph)
+        quantized_weights = QuantizedWeights(graph)
+        q_model = self.build(graph, quantized_weights)
         similarity = None
         if self.config.debug_config.analyze_similarity and run.folder is not None:
             similarity = self.analyze(graph)
@@ -263,7 +269,7 @@ class Session:
             LOG.info(similarity.report.summary())
         _report(
             sink, "quantized_graph", graph, quantized=True,
-            quantized_weights=QuantizedWeights(graph), similarity=similarity, mixed_precision=mixed,
+            quantized_weights=quantized_weights, similarity=similarity, mixed_precision=mixed,
         )  # fmt: skip
         info = self.info(graph, run)
         info.similarity = similarity.report if similarity is not None else None

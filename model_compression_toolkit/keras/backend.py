@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import keras
@@ -53,8 +53,14 @@ class KerasBackend:
     def read(self, model: Any, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, list[str]]:
         return reader.read(model, sample_inputs)
 
-    def build(self, graph: Graph, quantized: bool, extra_outputs: Sequence[str] = ()) -> Any:
-        return builder.build(graph, quantized, extra_outputs)
+    def build(
+        self,
+        graph: Graph,
+        quantized: bool,
+        extra_outputs: Sequence[str] = (),
+        weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    ) -> Any:
+        return builder.build(graph, quantized, extra_outputs, weights)
 
     def run(self, model: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """All outputs of ``model`` in inference mode, flattened, as numpy arrays."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ import keras
 import numpy as np
 
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
-from model_compression_toolkit.core.quantizers import fake_quant
+from model_compression_toolkit.core.quantizers import node_weight
 from model_compression_toolkit.errors import GraphValidationError, ModelReadError
 from model_compression_toolkit.keras import ops
 from model_compression_toolkit.keras.layers import ActivationFakeQuant
@@ -59,13 +59,19 @@ def fill(value: Any, inputs: Sequence[Any]) -> Any:
     return value
 
 
-def build(graph: Graph, quantized: bool, extra_outputs: Sequence[str] = ()) -> keras.Model:
+def build(
+    graph: Graph,
+    quantized: bool,
+    extra_outputs: Sequence[str] = (),
+    weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+) -> keras.Model:
     """A new functional model computing ``graph``.
 
     Args:
         graph: the graph to build.
         quantized: fake-quantize weights and activations that have a grid.
         extra_outputs: nodes whose outputs are returned after the graph outputs.
+        weights: quantized weights already computed (node -> weight name -> array).
     """
     names = _Names()
     inputs: dict[str, Any] = {}
@@ -82,7 +88,7 @@ def build(graph: Graph, quantized: bool, extra_outputs: Sequence[str] = ()) -> k
             inputs[node.name] = outs[0]
         else:
             args = [tensors[e.src][e.src_index] for e in graph.in_edges(node.name)]
-            outs = _call(node, args, quantized, names)
+            outs = _call(node, args, quantized, names, weights)
         if quantized and node.quant.activation is not None and node.quant.activation.grid is not None:
             outs = [_quantizer(node, names, f"_{i}" if len(outs) > 1 else "")(t) for i, t in enumerate(outs)]
         tensors[node.name] = outs
@@ -126,7 +132,13 @@ def make_layer(cls: type, config: dict, name: str) -> Any:
         ) from e
 
 
-def _call(node: Node, inputs: list[Any], quantized: bool, names: _Names) -> list[Any]:
+def _call(
+    node: Node,
+    inputs: list[Any],
+    quantized: bool,
+    names: _Names,
+    weights: Mapping[str, Mapping[str, np.ndarray]] | None,
+) -> list[Any]:
     """Recreate the node's layer, call it on its inputs, set its weights; its outputs."""
     payload = node.payload
     config = payload["config"]
@@ -137,20 +149,18 @@ def _call(node: Node, inputs: list[Any], quantized: bool, names: _Names) -> list
     if node.kind == OpKind.UNKNOWN and node.weights:  # its variable names may differ: go by order
         layer.set_weights(list(node.weights.values()))
     elif ops.is_layer(layer) and layer.weights:
-        layer.set_weights([_weight(node, name, quantized) for name in ops.weight_names(layer)])
+        layer.set_weights([_weight(node, name, quantized, weights) for name in ops.weight_names(layer)])
     return list(keras.tree.flatten(out))
 
 
-def _weight(node: Node, name: str, quantized: bool) -> np.ndarray:
+def _weight(
+    node: Node, name: str, quantized: bool, weights: Mapping[str, Mapping[str, np.ndarray]] | None
+) -> np.ndarray:
     if name not in node.weights:
         raise GraphValidationError(
             f"{node.name!r} ({node.layer_type}) needs a weight {name!r}; the node has {sorted(node.weights)}"
         )
-    w = node.weights[name]
-    cfg = node.quant.weights.get(name) if quantized else None
-    if cfg is not None and cfg.grid is not None:
-        w = fake_quant(w, cfg.grid, cfg.channel_axes)
-    return w
+    return node_weight(node, name, quantized, weights)
 
 
 def _quantizer(node: Node, names: _Names, suffix: str) -> ActivationFakeQuant:

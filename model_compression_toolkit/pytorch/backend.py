@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,8 +51,14 @@ class PytorchBackend:
     def read(self, model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, list[str]]:
         return reader.read(model, sample_inputs)
 
-    def build(self, graph: Graph, quantized: bool, extra_outputs: Sequence[str] = ()) -> nn.Module:
-        return builder.build(graph, quantized, extra_outputs)
+    def build(
+        self,
+        graph: Graph,
+        quantized: bool,
+        extra_outputs: Sequence[str] = (),
+        weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    ) -> nn.Module:
+        return builder.build(graph, quantized, extra_outputs, weights)
 
     def run(self, model: nn.Module, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run in inference mode; the outputs flattened (tuples, lists, dict values) to numpy.

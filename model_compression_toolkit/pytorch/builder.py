@@ -16,7 +16,7 @@ import copy
 import inspect
 import keyword
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ from torch import fx, nn
 
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import QuantGrid
-from model_compression_toolkit.core.quantizers import fake_quant
+from model_compression_toolkit.core.quantizers import node_weight
 from model_compression_toolkit.errors import GraphValidationError, LayerSelectionError
 from model_compression_toolkit.pytorch import ops
 from model_compression_toolkit.pytorch.ops import Ref, map_structure
@@ -110,8 +110,15 @@ def _identifier(name: str) -> str:
     return clean if clean.isidentifier() and not keyword.iskeyword(clean) else f"in_{clean}"
 
 
-def build(graph: Graph, quantized: bool, extra_outputs: Sequence[str] = ()) -> fx.GraphModule:
+def build(
+    graph: Graph,
+    quantized: bool,
+    extra_outputs: Sequence[str] = (),
+    weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+) -> fx.GraphModule:
     """A model computing ``graph`` (see the module docstring), in eval mode on the CPU.
+
+    ``weights``: quantized weights already computed (node -> weight name -> array).
 
     Returns:
         A GraphModule taking the original inputs. Without ``extra_outputs`` it returns the
@@ -135,7 +142,7 @@ def build(graph: Graph, quantized: bool, extra_outputs: Sequence[str] = ()) -> f
         if node.name in values:
             continue
         inputs = [values[e.src] for e in graph.in_edges(node.name)]
-        out = _emit(fx_graph, node, inputs, root, targets, quantized)
+        out = _emit(fx_graph, node, inputs, root, targets, quantized, weights)
         act = node.quant.activation
         if quantized and act is not None and act.grid is not None:
             ndim = len(node.output_shapes[0]) if node.output_shapes else 0
@@ -161,7 +168,13 @@ def build(graph: Graph, quantized: bool, extra_outputs: Sequence[str] = ()) -> f
 
 
 def _emit(
-    fx_graph: fx.Graph, node: Node, inputs: list[fx.Node], root: dict, targets: _Targets, quantized: bool
+    fx_graph: fx.Graph,
+    node: Node,
+    inputs: list[fx.Node],
+    root: dict,
+    targets: _Targets,
+    quantized: bool,
+    weights: Mapping[str, Mapping[str, np.ndarray]] | None,
 ) -> fx.Node:
     """Add the fx node computing ``node`` from ``inputs``."""
     payload = node.payload
@@ -179,14 +192,14 @@ def _emit(
     op, target = payload["op"], payload["target"]
     if op == "call_module":
         module = copy.deepcopy(payload["module"])
-        _load_weights(module, node, quantized)
+        _load_weights(module, node, quantized, weights)
         if getattr(module, "inplace", None) is True:
             module.inplace = False
         target = targets.claim(node.name)
         root[target] = module
     elif op == "get_attr":
         target = targets.claim(node.name.replace(".", "_"))
-        value = _weight(node, "value", quantized) if "value" in node.weights else payload.get("value")
+        value = node_weight(node, "value", quantized, weights) if "value" in node.weights else payload.get("value")
         root[target] = torch.tensor(value) if isinstance(value, np.ndarray) else value
     elif op == "call_function":
         target = ops.OUT_OF_PLACE_FUNCTIONS.get(target, target) if _hashable(target) else target
@@ -205,16 +218,9 @@ def _hashable(value: Any) -> bool:
     return True
 
 
-def _weight(node: Node, name: str, quantized: bool) -> np.ndarray:
-    """The node's weight, fake-quantized on its grid in quantized mode."""
-    value = node.weights[name]
-    cfg = node.quant.weights.get(name) if quantized else None
-    if cfg is not None and cfg.grid is not None:
-        value = fake_quant(value, cfg.grid, cfg.channel_axes)
-    return value
-
-
-def _load_weights(module: nn.Module, node: Node, quantized: bool) -> None:
+def _load_weights(
+    module: nn.Module, node: Node, quantized: bool, weights: Mapping[str, Mapping[str, np.ndarray]] | None
+) -> None:
     """Put the node's weights into the module: kernel -> weight, gamma -> weight, ...
 
     A weight the module lacks (a folded batch norm's bias on a conv without one) becomes
@@ -226,7 +232,7 @@ def _load_weights(module: nn.Module, node: Node, quantized: bool) -> None:
         owner_path, _, attr = path.rpartition(".")
         owner = module.get_submodule(owner_path) if owner_path else module
         current = getattr(owner, attr, None)
-        tensor = torch.tensor(np.asarray(_weight(node, wname, quantized)))
+        tensor = torch.tensor(np.asarray(node_weight(node, wname, quantized, weights)))
         if isinstance(current, torch.Tensor):
             tensor = tensor.to(current.dtype if tensor.is_floating_point() else tensor.dtype).to(
                 current.device

@@ -256,6 +256,7 @@ def run_metadata(
 
 
 # ---------------------------------------------------------------- histograms
+MAX_BUCKETS = 256  # buckets written per histogram; TensorBoard's chart redraws them as 30
 def histogram_proto(
     counts: np.ndarray,
     edges: np.ndarray,
@@ -264,12 +265,15 @@ def histogram_proto(
     sum_squares: float | None = None,
     min: float | None = None,  # noqa: A002
     max: float | None = None,  # noqa: A002
+    max_buckets: int = MAX_BUCKETS,
 ) -> summary_pb2.HistogramProto:
     """A HistogramProto with RIGHT bucket edges (``bucket_limit[i] = edges[i + 1]``).
 
     Empty buckets at both ends are dropped (TensorBoard drops them too); counts are kept
     exactly. ``num`` is the number of values (``count``, default the sum of counts), not
-    the number of bins. Sums default to bin centres only when not given.
+    the number of bins. Sums default to bin centres only when not given. More than
+    ``max_buckets`` used bins are merged, k adjacent bins at a time, into at most that
+    many buckets: every bucket edge is one of ``edges`` and counts stay exact.
     """
     counts = np.asarray(counts, dtype=np.float64)
     edges = np.asarray(edges, dtype=np.float64)
@@ -281,15 +285,29 @@ def histogram_proto(
         return summary_pb2.HistogramProto(num=num, sum=sum or 0.0, sum_squares=sum_squares or 0.0)
     lo, hi = int(nonzero[0]), int(nonzero[-1])
     centres = (edges[:-1] + edges[1:]) / 2
+    limits, buckets = merge_buckets(counts[lo : hi + 1], edges[lo : hi + 2], max_buckets)
     return summary_pb2.HistogramProto(
         min=float(edges[lo] if min is None else min),
         max=float(edges[hi + 1] if max is None else max),
         num=num,
         sum=float(np.dot(counts, centres) if sum is None else sum),
         sum_squares=float(np.dot(counts, centres**2) if sum_squares is None else sum_squares),
-        bucket_limit=edges[lo + 1 : hi + 2].tolist(),
-        bucket=counts[lo : hi + 1].tolist(),
+        bucket_limit=limits.tolist(),
+        bucket=buckets.tolist(),
     )
+
+
+def merge_buckets(counts: np.ndarray, edges: np.ndarray, max_buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    """(right edges, counts) with at most ``max_buckets`` buckets, k adjacent bins summed."""
+    k = max(1, math.ceil(counts.size / max(1, max_buckets)))
+    if k == 1:
+        return edges[1:], counts
+    padded = np.zeros(math.ceil(counts.size / k) * k)
+    padded[: counts.size] = counts
+    limits = edges[k::k]
+    if limits.size * k < counts.size:  # the last, partial group ends at the last edge
+        limits = np.append(limits, edges[-1])
+    return limits, padded.reshape(-1, k).sum(axis=1)
 
 
 def histogram_from_values(
@@ -298,22 +316,35 @@ def histogram_from_values(
     """Histogram of the finite values of an array; ``bins`` may be a count or the edges.
 
     With a count and ``value_range`` the bins are uniform over that range (numpy's fast
-    path, and the same edges for every array given the same range).
+    path, and the same edges for every array given the same range). Float32 values are
+    binned as they are (no float64 copy); the sums are accumulated in float64.
     """
-    flat = np.asarray(values, dtype=np.float64).ravel()
-    flat = flat[np.isfinite(flat)]
+    flat = finite_values(values)
     if flat.size == 0:
         return summary_pb2.HistogramProto()
+    if value_range is None and np.ndim(bins) == 0:
+        value_range = (flat.min(), flat.max())
+    if value_range is not None:  # float64 bounds: float64 edges, whatever the values' dtype
+        value_range = (np.float64(value_range[0]), np.float64(value_range[1]))
     counts, edges = np.histogram(flat, bins=bins, range=value_range)
     return histogram_proto(
         counts,
         edges,
         count=flat.size,
-        sum=float(flat.sum()),
-        sum_squares=float(np.dot(flat, flat)),
+        sum=float(np.sum(flat, dtype=np.float64)),
+        sum_squares=float(np.einsum("i,i->", flat, flat, dtype=np.float64)),
         min=float(flat.min()),
         max=float(flat.max()),
     )
+
+
+def finite_values(values: np.ndarray) -> np.ndarray:
+    """The finite values of an array, flat, in its floating dtype (a copy only when some are not)."""
+    flat = np.ravel(values)
+    if not np.issubdtype(flat.dtype, np.floating):
+        flat = flat.astype(np.float64)
+    finite = np.isfinite(flat)
+    return flat if finite.all() else flat[finite]
 
 
 # ---------------------------------------------------------------- figures and text

@@ -137,6 +137,28 @@ def test_keras_layout_channels_last_and_per_tensor():
     assert fake_quant(w, per_tensor.grid, (-1,)).shape == w.shape
 
 
+@pytest.mark.parametrize(
+    "shape, axes",
+    [((300, 64, 3, 3), (0,)), ((3, 3, 256, 160), (-1,)), ((5, 5, 96, 200), (2, 3)), ((70000,), ())],
+)
+def test_large_weights_quantize_like_the_direct_formula(shape, axes):
+    """Big tensors are quantized block by block; the result is the formula's, bit for bit."""
+    from model_compression_toolkit.core.quantizers import uniform_grid
+
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal(shape) * 0.1).astype(np.float32)
+    n = int(np.prod([shape[a] for a in axes])) if axes else 1
+    target = [1] * w.ndim
+    for a in axes:
+        target[a] = shape[a]
+    for grid in (symmetric_grid(rng.uniform(0.05, 0.3, n), 8, True), uniform_grid(-rng.uniform(0.1, 0.2, n), rng.uniform(0.2, 0.3, n), 4)):
+        scale, zp = grid.scale.reshape(target), grid.zero_point.reshape(target)
+        expected = ((np.clip(np.round(w / scale) + zp, grid.qmin, grid.qmax) - zp) * scale).astype(np.float32)
+        got = fake_quant(w, grid, axes)
+        assert got.dtype == np.float32 and w.size > 65536
+        np.testing.assert_array_equal(got, expected)
+
+
 @pytest.mark.parametrize("error_method", CLIPPING)
 def test_mse_clips_heavy_tailed_weights(error_method):
     w = np.random.default_rng(2).standard_t(2, (8, 2000)).astype(np.float32)

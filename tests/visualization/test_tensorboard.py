@@ -217,6 +217,20 @@ def test_histogram_proto_uses_right_edges_and_true_count():
     assert tb.histogram_proto(np.zeros(3), np.arange(4.0)).num == 0
 
 
+def test_histogram_proto_merges_fine_bins_exactly():
+    values = np.random.default_rng(3).gamma(2.0, size=50_000)
+    counts, edges = np.histogram(values, bins=2048)
+    h = tb.histogram_proto(counts, edges, count=values.size)
+    assert len(h.bucket) <= tb.MAX_BUCKETS == 256 < np.count_nonzero(counts)
+    assert sum(h.bucket) == h.num == values.size
+    assert set(h.bucket_limit) <= set(edges[1:]) and h.bucket_limit[-1] == edges[-1]
+    limits = np.asarray(h.bucket_limit)
+    below = np.searchsorted(values, limits, side="right", sorter=np.argsort(values))
+    np.testing.assert_array_equal(np.cumsum(h.bucket)[:-1], below[:-1])  # each bucket holds its values
+    odd = tb.histogram_proto(np.ones(5), np.arange(6.0), max_buckets=2)  # 3 + 2 bins
+    assert (list(odd.bucket_limit), list(odd.bucket)) == ([3.0, 5.0], [3.0, 2.0])
+
+
 def test_histogram_from_values_is_exact():
     values = np.random.default_rng(2).normal(size=(7, 11))
     h = tb.histogram_from_values(values, bins=32)
