@@ -10,7 +10,7 @@ import numpy as np
 from model_compression_toolkit.core.backend import Backend
 from model_compression_toolkit.core.data import RepresentativeData
 from model_compression_toolkit.core.graph import Graph, Node
-from model_compression_toolkit.core.metrics import SampleMetrics, compare
+from model_compression_toolkit.core.metrics import MetricSums, SampleMetrics, blocks, sample_rows
 from model_compression_toolkit.core.report import LayerSimilarity, SimilarityReport
 from model_compression_toolkit.core.similarity import (
     ComparePoint,
@@ -71,28 +71,50 @@ class _PointAccumulator:
         return np.linspace(lo, hi, HISTOGRAM_BINS + 1)
 
     def _hist(self, values: np.ndarray) -> np.ndarray:
-        """Counts on the uniform bins ``self.edges`` (values outside go to the end bins)."""
-        v = values.ravel()
-        if not np.isfinite(v).all():
-            v = v[np.isfinite(v)]
+        """Counts of one block's finite values on the uniform bins ``self.edges`` (values
+        outside go to the end bins), computed in the values' precision."""
+        if not np.isfinite(values).all():
+            values = values[np.isfinite(values)]
         lo, width = self.edges[0], (self.edges[-1] - self.edges[0]) / HISTOGRAM_BINS
-        scaled = (v - v.dtype.type(lo)) * v.dtype.type(1 / width)  # in the values' precision
-        index = np.clip(scaled, 0, HISTOGRAM_BINS - 1).astype(np.int64)
-        return np.bincount(index, minlength=HISTOGRAM_BINS)
+        scaled = np.subtract(values, values.dtype.type(lo)) if values.dtype.kind == "f" else values - lo
+        scaled *= scaled.dtype.type(1 / width)
+        np.clip(scaled, 0, HISTOGRAM_BINS - 1, out=scaled)
+        return np.bincount(scaled.astype(np.intp), minlength=HISTOGRAM_BINS)
 
-    def update(self, reference: np.ndarray, quantized: np.ndarray, local: np.ndarray | None) -> None:
-        self.accumulated.append(compare(reference, quantized))
-        if local is not None:
-            self.local.append(compare(reference, local))
+    def _check(self, reference: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ref, out = sample_rows(reference), sample_rows(other)
+        if ref.shape != out.shape:
+            raise ValueError(
+                f"{self.point.name!r}: cannot compare outputs of shapes {np.shape(reference)} and {np.shape(other)}"
+            )
+        return ref, out
+
+    def update(self, reference: np.ndarray, quantized: np.ndarray) -> None:
+        """Reduce one chunk of samples of the quantized model, block by block: accumulated
+        error, both histograms, clipped values."""
+        ref, q = self._check(reference, quantized)
         if self.edges is None:
             finite = reference[np.isfinite(reference)]
             self.edges = self._edges(float(finite.min()), float(finite.max())) if finite.size else self._edges(0, 1)
-        self.hist_float += self._hist(reference)
-        self.hist_quant += self._hist(quantized)
-        if self.range is not None:
-            lo, hi, step = self.range
-            self.clipped += int(np.count_nonzero((reference < lo - step / 2) | (reference > hi + step / 2)))
-        self.total += reference.size
+        sums = MetricSums(*ref.shape)
+        for i, cols in blocks(ref):
+            r, qb = ref[i, cols], q[i, cols]
+            sums.add(i, r, qb)
+            self.hist_float += self._hist(r)
+            self.hist_quant += self._hist(qb)
+            if self.range is not None:
+                lo, hi, step = self.range
+                self.clipped += int(np.count_nonzero((r < lo - step / 2) | (r > hi + step / 2)))
+        self.accumulated.append(sums.result())
+        self.total += ref.size
+
+    def update_local(self, reference: np.ndarray, local: np.ndarray) -> None:
+        """Reduce one chunk of samples of the local model: the local error."""
+        ref, out = self._check(reference, local)
+        sums = MetricSums(*ref.shape)
+        for i, cols in blocks(ref):
+            sums.add(i, ref[i, cols], out[i, cols])
+        self.local.append(sums.result())
 
     def result(self, layer_type: str) -> LayerSimilarity:
         acc = SampleMetrics.concat(self.accumulated)
@@ -174,22 +196,29 @@ def analyze(
     q_model = backend.build(q_graph, quantized=True, extra_outputs=[p.name for p in points])
     local_model = backend.build(local.graph, quantized=True) if local.graph.outputs else None
     local_names = [name for name, _ in local.graph.outputs]
-    per_sample = _per_sample_bytes(
-        [(float_graph, float_names), (q_graph, [p.name for p in points]), (local.graph, local_names)]
+    per_sample = _per_sample_bytes([(float_graph, float_names)]) + max(  # held at once: float, then one other
+        _per_sample_bytes([(q_graph, [p.name for p in points])]), _per_sample_bytes([(local.graph, local_names)])
     )
     accumulators = [_PointAccumulator(p, q_graph.node(p.name), (stats or {}).get(p.name)) for p in points]
     seen = 0
     for chunk in sample_chunks(data.samples(samples), chunk_size(per_sample, samples, memory_cap)):
+        # Each model's outputs are reduced, and let go, before the next model runs.
         f_out = dict(zip(float_names, backend.run(float_model, chunk)[len(float_graph.outputs) :]))
         q_out = backend.run(q_model, chunk)[len(q_graph.outputs) :]
-        l_out = {}
+        for k, acc in enumerate(accumulators):
+            acc.update(f_out[acc.point.reference], q_out[k])
+            q_out[k] = None
+        del q_out
         if local_model is not None:
             feeds = [f_out[ref] if kind == "float" else chunk[ref] for kind, ref in local.feeds]
             l_out = dict(zip(local_names, backend.run(local_model, feeds)))
-        for acc, quantized in zip(accumulators, q_out):
-            acc.update(f_out[acc.point.reference], quantized, l_out.get(acc.point.local))
+            del feeds
+            for acc in accumulators:
+                if acc.point.local is not None:
+                    acc.update_local(f_out[acc.point.reference], l_out.pop(acc.point.local))
+            del l_out
         seen += len(chunk[0])
-        del f_out, q_out, l_out
+        del f_out
     layers = [acc.result(q_graph.node(acc.point.name).layer_type) for acc in accumulators]
     histograms = {
         acc.point.name: PairHistogram(acc.edges, acc.hist_float, acc.hist_quant)

@@ -9,15 +9,25 @@ All metrics are finite, always:
 - MSE and max absolute error.
 
 Non-finite values in either tensor are treated as zero (and counted by the caller).
+
+Layer outputs are large, so the sums behind the metrics are taken block by block along
+each sample (`MetricSums`): a block stays in cache while it is read, and float32 blocks
+are summed in float32 by BLAS, each block's sums then added in float64. A block whose
+float32 sums could have lost precision (a non-finite value, an overflow, or a sum so
+small it may have underflowed) is summed again in float64.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 SQNR_CEILING_DB = 100.0
+BLOCK_VALUES = 1 << 15  # values of one sample summed at a time
+_TINY = 1e-30  # float32 sums below this are redone in float64 (squares of values < 1e-19 underflow)
 
 
 @dataclass
@@ -34,44 +44,77 @@ class SampleMetrics:
         return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("cosine", "mse", "sqnr_db", "max_abs")))
 
 
-def _flat(x: np.ndarray) -> np.ndarray:
-    """(samples, values), floating point as given (float32 stays float32: no big copies)."""
+def sample_rows(x: np.ndarray) -> np.ndarray:
+    """``x`` as (samples, values), without a copy when it is contiguous; axis 0 is the sample."""
     x = np.asarray(x)
-    x = x.reshape(x.shape[0], -1) if x.ndim > 1 else x.reshape(-1, 1)
-    if not np.issubdtype(x.dtype, np.floating):
-        x = x.astype(np.float64)
-    if not np.isfinite(x).all():
-        x = np.where(np.isfinite(x), x, 0.0)
-    return x
+    return x.reshape(x.shape[0], -1) if x.ndim > 1 else x.reshape(-1, 1)
 
 
-def _row_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per-row dot products in float64, cast chunk by chunk (no float64 copy of the inputs)."""
-    return np.einsum("ij,ij->i", a, b, dtype=np.float64, casting="safe")
+def blocks(rows: np.ndarray) -> Iterator[tuple[int, slice]]:
+    """(sample, value slice) covering every value of every sample, in blocks."""
+    for i in range(rows.shape[0]):
+        for start in range(0, rows.shape[1], BLOCK_VALUES):
+            yield i, slice(start, start + BLOCK_VALUES)
+
+
+def _finite64(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    return x if np.isfinite(x).all() else np.where(np.isfinite(x), x, 0.0)
+
+
+def _block_sums(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float, float]:
+    """(x.x, y.y, x.y, d.d, max |d|) with d = x - y, for two 1-D blocks."""
+    if x.dtype == np.float32 and y.dtype == np.float32:
+        with np.errstate(all="ignore"):  # an overflow or a NaN sends the block to float64 below
+            d = x - y
+            max_abs = float(np.max(np.abs(d)))
+            sums = (float(x @ x), float(y @ y), float(x @ y), float(d @ d))
+        xx, yy, _, dd = sums
+        if math.isfinite(max_abs) and all(map(math.isfinite, sums)) and min(xx, yy) > _TINY:
+            if dd > _TINY or max_abs == 0.0:
+                return (*sums, max_abs)
+    x64, y64 = _finite64(x), _finite64(y)
+    with np.errstate(over="ignore", invalid="ignore"):  # float64 extremes: result() keeps it finite
+        d = x64 - y64
+        return float(x64 @ x64), float(y64 @ y64), float(x64 @ y64), float(d @ d), float(np.max(np.abs(d)))
+
+
+class MetricSums:
+    """Running per-sample sums for comparing a reference with another tensor, block by block."""
+
+    def __init__(self, samples: int, values: int) -> None:
+        self.sums = np.zeros((4, samples))  # x.x, y.y, x.y, d.d
+        self.max_abs = np.zeros(samples)
+        self.values = values
+
+    def add(self, sample: int, reference: np.ndarray, actual: np.ndarray) -> None:
+        if reference.size == 0:
+            return
+        *sums, max_abs = _block_sums(reference, actual)
+        self.sums[:, sample] += sums
+        self.max_abs[sample] = max(self.max_abs[sample], max_abs)
+
+    def result(self) -> SampleMetrics:
+        signal, norm_b, dot, noise = self.sums
+        denom = np.sqrt(signal * norm_b)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            cosine = np.where(denom > 0, dot / np.where(denom > 0, denom, 1.0), 0.0)
+            both_zero = (signal == 0) & (norm_b == 0)
+            cosine = np.where(both_zero, 1.0, np.clip(np.nan_to_num(cosine, nan=0.0), -1.0, 1.0))
+            ratio = np.where(noise > 0, signal / np.where(noise > 0, noise, 1.0), np.inf)
+            sqnr = np.where(noise > 0, 10 * np.log10(np.maximum(ratio, 1e-300)), SQNR_CEILING_DB)
+        sqnr = np.clip(np.nan_to_num(sqnr, nan=-SQNR_CEILING_DB), -SQNR_CEILING_DB, SQNR_CEILING_DB)
+        mse = np.nan_to_num(noise / max(self.values, 1), nan=0.0, posinf=np.finfo(np.float64).max)
+        max_abs = np.nan_to_num(self.max_abs, nan=0.0, posinf=np.finfo(np.float64).max)
+        return SampleMetrics(cosine=cosine, mse=mse, sqnr_db=sqnr, max_abs=max_abs)
 
 
 def compare(reference: np.ndarray, actual: np.ndarray) -> SampleMetrics:
     """Metrics of ``actual`` against ``reference``, per sample (axis 0 is the sample)."""
-    a, b = _flat(reference), _flat(actual)
+    a, b = sample_rows(reference), sample_rows(actual)
     if a.shape != b.shape:
-        raise ValueError(f"cannot compare tensors of shapes {reference.shape} and {actual.shape}")
-    with np.errstate(over="ignore"):
-        diff = np.subtract(a, b)
-    if not np.isfinite(diff).all():  # float32 extremes: subtract in float64
-        diff = np.subtract(a, b, dtype=np.float64)
-    signal, noise, norm_b, dot = _row_dot(a, a), _row_dot(diff, diff), _row_dot(b, b), _row_dot(a, b)
-    denom = np.sqrt(signal * norm_b)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cosine = np.where(denom > 0, dot / np.where(denom > 0, denom, 1.0), 0.0)
-        both_zero = (signal == 0) & (norm_b == 0)
-        cosine = np.where(both_zero, 1.0, np.clip(cosine, -1.0, 1.0))
-        ratio = np.where(noise > 0, signal / np.where(noise > 0, noise, 1.0), np.inf)
-        sqnr = np.where(noise > 0, 10 * np.log10(np.maximum(ratio, 1e-300)), SQNR_CEILING_DB)
-    sqnr = np.clip(np.nan_to_num(sqnr, nan=-SQNR_CEILING_DB), -SQNR_CEILING_DB, SQNR_CEILING_DB)
-    n = max(a.shape[1], 1)
-    return SampleMetrics(
-        cosine=cosine,
-        mse=noise / n,
-        sqnr_db=sqnr,
-        max_abs=np.abs(diff).max(axis=1) if a.shape[1] else np.zeros(len(a)),
-    )
+        raise ValueError(f"cannot compare tensors of shapes {np.shape(reference)} and {np.shape(actual)}")
+    sums = MetricSums(*a.shape)
+    for i, cols in blocks(a):
+        sums.add(i, a[i, cols], b[i, cols])
+    return sums.result()

@@ -63,11 +63,21 @@ class ActivationFakeQuant(nn.Module):
             scale, zero_point = scale.reshape(shape), np.broadcast_to(zero_point, scale.shape).reshape(shape)
         self.register_buffer("scale", torch.tensor(scale.astype(dtype)))
         self.register_buffer("zero_point", torch.tensor(zero_point.astype(dtype)))
+        self.shifted = bool(np.any(zero_point))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = x.to(self.scale.dtype)
-        q = torch.clamp(torch.round(y / self.scale) + self.zero_point, self.qmin, self.qmax)
-        return ((q - self.zero_point) * self.scale).to(x.dtype)
+        if torch.is_grad_enabled() and y.requires_grad:  # out of place: autograd keeps its inputs
+            q = torch.clamp(torch.round(y / self.scale) + self.zero_point, self.qmin, self.qmax)
+            return ((q - self.zero_point) * self.scale).to(x.dtype)
+        q = torch.div(y, self.scale)  # one new tensor, then in place: a pass over memory per step
+        q.round_()
+        if self.shifted:
+            q.add_(self.zero_point)
+        q.clamp_(self.qmin, self.qmax)
+        if self.shifted:
+            q.sub_(self.zero_point)
+        return q.mul_(self.scale).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"node={self.node_name!r}, qmin={self.qmin}, qmax={self.qmax}"

@@ -1,6 +1,7 @@
 """Similarity metrics: the conventions the report promises, and never a NaN or inf."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -47,3 +48,27 @@ def test_metrics_are_always_finite(a, b):
         assert values.shape == (4,)
         assert np.isfinite(values).all()
     assert (np.abs(m.cosine) <= 1).all()
+
+
+def _float64_metrics(a, b):
+    a, b = (np.nan_to_num(x.reshape(len(x), -1).astype(np.float64), nan=0, posinf=0, neginf=0) for x in (a, b))
+    d = a - b
+    aa, bb, ab, dd = (np.einsum("ij,ij->i", x, y) for x, y in ((a, a), (b, b), (a, b), (d, d)))
+    return ab / np.sqrt(aa * bb), 10 * np.log10(aa / dd), dd / a.shape[1], np.abs(d).max(axis=1)
+
+
+@pytest.mark.parametrize("magnitude", [1.0, 1e-22, 1e21])
+def test_long_float32_rows_match_float64_sums(magnitude):
+    """Layer-sized rows (blocks summed in float32, extremes redone in float64) match a float64 reference."""
+    rng = np.random.default_rng(7)
+    a = (np.maximum(rng.standard_normal((3, 64, 56, 56)), 0) * magnitude).astype(np.float32)
+    step = np.float32(magnitude / 40)
+    b = (np.round(a / step) * step).astype(np.float32)
+    b[2, :, :8] = np.float32(np.inf)  # a non-finite stretch counts as zero
+    m = compare(a, b)
+    cosine, sqnr, mse, max_abs = _float64_metrics(a, b)
+    np.testing.assert_allclose(m.cosine, cosine, rtol=0, atol=2e-7)
+    np.testing.assert_allclose(m.sqnr_db, sqnr, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(m.mse, mse, rtol=1e-5)
+    np.testing.assert_allclose(m.max_abs, max_abs, rtol=1e-6)
+    assert 0.9 < m.cosine[0] < 0.99999 and m.cosine[2] < m.cosine[0]

@@ -343,6 +343,27 @@ def test_quantized_build_matches_numpy_fake_quant():
     _assert_same(BACKEND.run(model, sample), BACKEND.run(BACKEND.build(graph, quantized=False), sample))
 
 
+@pytest.mark.parametrize("shifted", [False, True])
+def test_activation_quantizer_same_with_and_without_autograd(shifted):
+    from model_compression_toolkit.core.quantizers import uniform_grid
+    from model_compression_toolkit.pytorch.builder import ActivationFakeQuant
+
+    x = torch.from_numpy(np.random.default_rng(5).standard_normal((4, 3, 5, 5)).astype(np.float32) * 3)
+    grid = uniform_grid(-1.3, 4.1, 4) if shifted else symmetric_grid(np.array([1.0, 2.0, 0.5]), 8, signed=True)
+    quantizer = ActivationFakeQuant(grid, "act", channel_axis=1, ndim=4)
+    with torch.no_grad():
+        in_place = quantizer(x)
+    leaf = x.clone().requires_grad_(True)
+    tracked = quantizer(leaf)
+    assert tracked.requires_grad and not in_place.requires_grad
+    tracked.sum().backward()  # the autograd path keeps what backward needs
+    grid32 = dataclasses.replace(grid, scale=np.float32(grid.scale), zero_point=np.float32(grid.zero_point))
+    expected = fake_quant(x.numpy(), grid32, (1,) if np.size(grid.scale) > 1 else ())
+    np.testing.assert_array_equal(in_place.numpy(), tracked.detach().numpy())
+    np.testing.assert_allclose(in_place.numpy(), expected, atol=1e-6, rtol=0)
+    assert torch.equal(x, torch.from_numpy(np.random.default_rng(5).standard_normal((4, 3, 5, 5)).astype(np.float32) * 3))
+
+
 def test_quantizer_name_says_which_node():
     model, sample = _make("conv_bn_relu")
     graph, _ = BACKEND.read(model, sample)
