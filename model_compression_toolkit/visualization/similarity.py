@@ -15,7 +15,6 @@ table. Figures use matplotlib's object API (no pyplot, no global state).
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Callable
 
@@ -29,7 +28,7 @@ from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quantizers import fake_quant
 from model_compression_toolkit.core.report import ERROR_CLASS_THRESHOLDS_DB, LayerSimilarity, SimilarityReport
 from model_compression_toolkit.visualization.event_file import RunWriter
-from model_compression_toolkit.visualization.tensorboard import figure_to_png, histogram_proto
+from model_compression_toolkit.visualization.tensorboard import canvas_png, figure_to_png, histogram_proto
 
 DPI = 90
 MAX_FILTERS = 64
@@ -188,8 +187,10 @@ def _ylim(*arrays: np.ndarray) -> tuple[float, float]:
 def sample_pngs(report: SimilarityReport) -> list[bytes]:
     """One plot per sample: cosine similarity at every layer, layers named on the x axis.
 
-    The layer names (most of the drawing time) are drawn once; for each sample only the
-    y axis, the line, the lowest point and the title are drawn over that background.
+    Every sample's plot has the same y axis (it shows all samples' values), so flipping
+    through the samples compares them at one scale. The axes and layer names, most of
+    the drawing time, are drawn once; for each sample only the line, the lowest point
+    and the sample number are drawn over that background.
     """
     layers = _ordered(report)
     matrix = cosine_matrix(report)
@@ -197,11 +198,14 @@ def sample_pngs(report: SimilarityReport) -> list[bytes]:
         return []
     fig, ax = _layer_axes([layer.name for layer in layers])
     x = np.arange(len(layers))
-    one = ax.axhline(1.0, color="0.4", lw=0.8, ls="--")
+    ax.axhline(1.0, color="0.4", lw=0.8, ls="--")
+    ax.set_ylim(*_ylim(matrix))
     (line,) = ax.plot(x, matrix[:, 0], "-o", ms=3, lw=1, color="tab:blue")
     (worst,) = ax.plot([], [], "v", ms=8, color="tab:red")
     note = ax.annotate("", (0, 1), xytext=(8, 4), textcoords="offset points", fontsize=8, color="tab:red")
-    dynamic = [ax.yaxis, one, line, worst, note, ax.title]
+    ax.set_title("cosine similarity, quantized vs float model", fontsize=10)
+    label = ax.text(0, 1.02, "", transform=ax.transAxes, fontsize=10, fontweight="bold", va="bottom")
+    dynamic = [line, worst, note, label]
     for artist in dynamic:
         artist.set_animated(True)
     canvas = fig.canvas
@@ -211,21 +215,18 @@ def sample_pngs(report: SimilarityReport) -> list[bytes]:
     for i in range(matrix.shape[1]):
         values = matrix[:, i]
         line.set_ydata(values)
-        ax.set_ylim(*_ylim(values))
-        title = f"sample {i}: cosine similarity, quantized vs float model"
+        label.set_text(f"sample {i}")
         if np.isfinite(values).any():
             k = int(np.nanargmin(values))
             worst.set_data([k], [values[k]])
-            _place(note, k, values[k], len(layers), f"{layers[k].name}: {values[k]:.5f}")
-            title += f" (lowest: {layers[k].name})"
+            _place(note, k, values[k], len(layers), f"lowest: {layers[k].name}, {values[k]:.5f}")
         else:
             worst.set_data([], [])
             note.set_text("no finite value")
-        ax.set_title(title, fontsize=10)
         canvas.restore_region(background)
         for artist in dynamic:
             ax.draw_artist(artist)
-        pngs.append(_canvas_png(canvas))
+        pngs.append(canvas_png(canvas))
     return pngs
 
 
@@ -236,15 +237,6 @@ def _place(note, k: int, y: float, n: int, text: str) -> None:
     note.set_position((-8 if right else 8, 4))
     note.set_horizontalalignment("right" if right else "left")
     note.set_text(text)
-
-
-def _canvas_png(canvas: FigureCanvasAgg) -> bytes:
-    """The canvas as drawn so far, as an RGB PNG (Pillow ships with matplotlib)."""
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(np.asarray(canvas.buffer_rgba())[..., :3]).save(buf, format="png", compress_level=3)
-    return buf.getvalue()
 
 
 def summary_png(report: SimilarityReport) -> bytes:
@@ -295,7 +287,7 @@ def summary_png(report: SimilarityReport) -> bytes:
         fontsize=10,
         y=0.995,
     )
-    return figure_to_png(fig, dpi=DPI)
+    return figure_to_png(fig, palette=True)
 
 
 # ---------------------------------------------------------------- filters
