@@ -112,6 +112,30 @@ def test_small_memory_cap_gives_the_same_report_in_chunks(fw, trained_digits, tm
         np.testing.assert_allclose(a.cosine_per_sample[:7], b.cosine_per_sample, rtol=1e-6, atol=1e-9)
 
 
+def test_the_statistics_pass_gives_the_comparison_its_float_side(fw, trained_digits, tmp_path):
+    """The float model runs once over the data: the comparison reuses the first samples'
+    float outputs. When they do not fit under the memory cap at once, the float model
+    runs again, chunk by chunk, over a second iteration of the data, with the same result."""
+    model, x_train, _, _ = trained_digits
+    data, calls = representative_dataset(x_train, 3, 8), []
+
+    def counted():
+        calls.append(1)
+        return data()
+
+    mct.set_log_folder(tmp_path)
+    _, kept = fw.ptq(model, counted)
+    assert len(calls) == 1 and kept.similarity.samples == 20
+    calls.clear()
+    small_cap = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(similarity_memory_cap=1 << 20))
+    _, chunked = fw.ptq(model, counted, small_cap)
+    assert len(calls) == 2 and chunked.similarity.samples == 20
+    for a, b in zip(kept.similarity.layers, chunked.similarity.layers):  # batches of 8 vs chunks of other
+        assert a.name == b.name  # sizes: float sums differ in the last bits, a rare value rounds the other way
+        np.testing.assert_allclose(a.cosine_per_sample, b.cosine_per_sample, rtol=1e-4)
+        np.testing.assert_allclose(a.local_sqnr_db or 0, b.local_sqnr_db or 0, rtol=1e-3)
+
+
 @pytest.mark.parametrize("samples", [1, 33])
 def test_sample_count_is_respected_even_across_batches(fw, trained_digits, tmp_path, samples):
     model, x_train, _, _ = trained_digits

@@ -1,8 +1,9 @@
-"""Run the similarity analysis: three models, chunks of samples, metrics as outputs arrive."""
+"""Run the similarity analysis: float outputs (kept or computed), the quantized and local
+models on the same samples, chunk by chunk, metrics as outputs arrive."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,15 +14,19 @@ from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.core.metrics import MetricSums, SampleMetrics, blocks, sample_rows
 from model_compression_toolkit.core.report import LayerSimilarity, SimilarityReport
 from model_compression_toolkit.core.similarity import (
+    Chunk,
     ComparePoint,
+    FloatReference,
+    LocalGraph,
     chunk_size,
     compare_points,
+    float_names,
     local_graph,
     sample_chunks,
 )
 from model_compression_toolkit.core.statistics import NodeStatistics
 
-HISTOGRAM_BINS = 128
+HISTOGRAM_BINS = 128  # at most 256: bin indices are counted as uint8
 BYTES_PER_VALUE = 4
 
 
@@ -70,16 +75,20 @@ class _PointAccumulator:
             hi = lo + 1.0
         return np.linspace(lo, hi, HISTOGRAM_BINS + 1)
 
-    def _hist(self, values: np.ndarray) -> np.ndarray:
+    def _hist(self, values: np.ndarray, finite: bool = False) -> np.ndarray:
         """Counts of one block's finite values on the uniform bins ``self.edges`` (values
-        outside go to the end bins), computed in the values' precision."""
-        if not np.isfinite(values).all():
+        outside go to the end bins), computed in the values' precision. ``finite``: the
+        caller knows every value is finite."""
+        if not finite and not np.isfinite(values).all():
             values = values[np.isfinite(values)]
-        lo, width = self.edges[0], (self.edges[-1] - self.edges[0]) / HISTOGRAM_BINS
-        scaled = np.subtract(values, values.dtype.type(lo)) if values.dtype.kind == "f" else values - lo
-        scaled *= scaled.dtype.type(1 / width)
+        if values.dtype.kind != "f":
+            values = values.astype(np.float64)
+        lo, inv = self.edges[0], HISTOGRAM_BINS / (self.edges[-1] - self.edges[0])
+        with np.errstate(over="ignore"):  # far outside the range: clipped into an end bin below
+            scaled = np.multiply(values, values.dtype.type(inv))  # bin coordinates: (x - lo) / width
+            scaled -= scaled.dtype.type(lo * inv)
         np.clip(scaled, 0, HISTOGRAM_BINS - 1, out=scaled)
-        return np.bincount(scaled.astype(np.intp), minlength=HISTOGRAM_BINS)
+        return np.bincount(scaled.astype(np.uint8), minlength=HISTOGRAM_BINS)
 
     def _check(self, reference: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ref, out = sample_rows(reference), sample_rows(other)
@@ -99,9 +108,9 @@ class _PointAccumulator:
         sums = MetricSums(*ref.shape)
         for i, cols in blocks(ref):
             r, qb = ref[i, cols], q[i, cols]
-            sums.add(i, r, qb)
-            self.hist_float += self._hist(r)
-            self.hist_quant += self._hist(qb)
+            finite = sums.add(i, r, qb)
+            self.hist_float += self._hist(r, finite)
+            self.hist_quant += self._hist(qb, finite)
             if self.range is not None:
                 lo, hi, step = self.range
                 self.clipped += int(np.count_nonzero((r < lo - step / 2) | (r > hi + step / 2)))
@@ -164,10 +173,66 @@ def _activation_threshold(node: Node) -> float | None:
     return None
 
 
-def _per_sample_bytes(graphs_and_names: list[tuple[Graph, list[str]]]) -> float:
-    return float(
-        sum(graph.node(n).output_size() * BYTES_PER_VALUE for graph, names in graphs_and_names for n in names)
-    )
+def _bytes_per_sample(graph: Graph, names: list[str]) -> float:
+    return float(sum(graph.node(n).output_size() for n in names) * BYTES_PER_VALUE)
+
+
+@dataclass
+class Comparison:
+    """What comparing a float graph with a quantized one runs and reads.
+
+    Attributes:
+        points: the compare points (``point.local`` set where a local error is computed).
+        local: the local model's graph and feeds.
+        float_names: the float-graph nodes whose outputs are read.
+        float_bytes: bytes per sample of those float outputs.
+        other_bytes: bytes per sample of the larger of the quantized and local models'
+            outputs (held one at a time, beside the float ones).
+    """
+
+    points: list[ComparePoint]
+    local: LocalGraph
+    float_names: list[str]
+    float_bytes: float
+    other_bytes: float
+
+    @classmethod
+    def of(cls, float_graph: Graph, q_graph: Graph) -> Comparison:
+        points = compare_points(float_graph, q_graph)
+        local = local_graph(q_graph, points)
+        names = float_names(points, local)
+        other = max(
+            _bytes_per_sample(q_graph, [p.name for p in points]),
+            _bytes_per_sample(local.graph, [name for name, _ in local.graph.outputs]),
+        )
+        return cls(points, local, names, _bytes_per_sample(float_graph, names), other)
+
+    def chunk_size(self, samples: int, memory_cap: int) -> int:
+        """Samples per chunk so that the outputs held at once stay under ``memory_cap``."""
+        return chunk_size(self.float_bytes + self.other_bytes, samples, memory_cap)
+
+
+def float_chunks(
+    backend: Backend,
+    float_graph: Graph,
+    names: list[str],
+    data: RepresentativeData,
+    samples: int,
+    chunk: int,
+    reference: FloatReference | None = None,
+) -> Iterator[Chunk]:
+    """(inputs, float outputs at ``names``) for the first ``samples`` samples of the data.
+
+    From ``reference`` when it holds them (no float pass at all), else from a float pass
+    over a fresh iteration of the data, ``chunk`` samples at a time.
+    """
+    if reference is not None and reference.covers(names, samples):
+        yield from reference.chunks(samples)
+        return
+    model = backend.build(float_graph, quantized=False, extra_outputs=names)
+    skip = len(float_graph.outputs)
+    for inputs in sample_chunks(data.samples(samples), chunk):
+        yield inputs, dict(zip(names, backend.run(model, inputs)[skip:]))
 
 
 def analyze(
@@ -178,32 +243,32 @@ def analyze(
     samples: int,
     memory_cap: int,
     stats: Mapping[str, NodeStatistics] | None = None,
+    reference: FloatReference | None = None,
 ) -> SimilarityResult:
     """Compare the float model (``float_graph``, before preparation) with the quantized one.
 
     Args:
-        backend: builds and runs the three models.
+        backend: builds and runs the models.
         float_graph: the user's model as read, before any transform.
         q_graph: the quantized graph (thresholds selected).
         data: the representative data; the first ``samples`` samples are used.
         memory_cap: bytes of layer outputs held at once.
         stats: collected statistics by node, to put the histograms on the right range.
+        reference: the float outputs kept by the statistics pass; the float model runs
+            only when it does not hold what the comparison reads.
     """
-    points = compare_points(float_graph, q_graph)
-    local = local_graph(q_graph, points)
-    float_names = list(dict.fromkeys([p.reference for p in points] + [ref for kind, ref in local.feeds if kind == "float"]))
-    float_model = backend.build(float_graph, quantized=False, extra_outputs=float_names)
+    plan = Comparison.of(float_graph, q_graph)
+    points, local = plan.points, plan.local
     q_model = backend.build(q_graph, quantized=True, extra_outputs=[p.name for p in points])
     local_model = backend.build(local.graph, quantized=True) if local.graph.outputs else None
     local_names = [name for name, _ in local.graph.outputs]
-    per_sample = _per_sample_bytes([(float_graph, float_names)]) + max(  # held at once: float, then one other
-        _per_sample_bytes([(q_graph, [p.name for p in points])]), _per_sample_bytes([(local.graph, local_names)])
-    )
     accumulators = [_PointAccumulator(p, q_graph.node(p.name), (stats or {}).get(p.name)) for p in points]
+    chunks = float_chunks(
+        backend, float_graph, plan.float_names, data, samples, plan.chunk_size(samples, memory_cap), reference
+    )
     seen = 0
-    for chunk in sample_chunks(data.samples(samples), chunk_size(per_sample, samples, memory_cap)):
+    for chunk, f_out in chunks:
         # Each model's outputs are reduced, and let go, before the next model runs.
-        f_out = dict(zip(float_names, backend.run(float_model, chunk)[len(float_graph.outputs) :]))
         q_out = backend.run(q_model, chunk)[len(q_graph.outputs) :]
         for k, acc in enumerate(accumulators):
             acc.update(f_out[acc.point.reference], q_out[k])

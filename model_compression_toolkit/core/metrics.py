@@ -62,8 +62,12 @@ def _finite64(x: np.ndarray) -> np.ndarray:
     return x if np.isfinite(x).all() else np.where(np.isfinite(x), x, 0.0)
 
 
-def _block_sums(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float, float]:
-    """(x.x, y.y, x.y, d.d, max |d|) with d = x - y, for two 1-D blocks."""
+def _block_sums(x: np.ndarray, y: np.ndarray) -> tuple[tuple[float, float, float, float], float, bool]:
+    """((x.x, y.y, x.y, d.d), max |d|, finite) with d = x - y, for two 1-D blocks.
+
+    ``finite`` is True when the float32 sums were finite, which proves every value of
+    both blocks finite; False says nothing either way.
+    """
     if x.dtype == np.float32 and y.dtype == np.float32:
         with np.errstate(all="ignore"):  # an overflow or a NaN sends the block to float64 below
             d = x - y
@@ -72,11 +76,12 @@ def _block_sums(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, floa
         xx, yy, _, dd = sums
         if math.isfinite(max_abs) and all(map(math.isfinite, sums)) and min(xx, yy) > _TINY:
             if dd > _TINY or max_abs == 0.0:
-                return (*sums, max_abs)
+                return sums, max_abs, True
     x64, y64 = _finite64(x), _finite64(y)
     with np.errstate(over="ignore", invalid="ignore"):  # float64 extremes: result() keeps it finite
         d = x64 - y64
-        return float(x64 @ x64), float(y64 @ y64), float(x64 @ y64), float(d @ d), float(np.max(np.abs(d)))
+        sums = float(x64 @ x64), float(y64 @ y64), float(x64 @ y64), float(d @ d)
+        return sums, float(np.max(np.abs(d))), False
 
 
 class MetricSums:
@@ -87,12 +92,14 @@ class MetricSums:
         self.max_abs = np.zeros(samples)
         self.values = values
 
-    def add(self, sample: int, reference: np.ndarray, actual: np.ndarray) -> None:
+    def add(self, sample: int, reference: np.ndarray, actual: np.ndarray) -> bool:
+        """Add one block of one sample; True when both blocks are known to be all finite."""
         if reference.size == 0:
-            return
-        *sums, max_abs = _block_sums(reference, actual)
+            return True
+        sums, max_abs, finite = _block_sums(reference, actual)
         self.sums[:, sample] += sums
         self.max_abs[sample] = max(self.max_abs[sample], max_abs)
+        return finite
 
     def result(self) -> SampleMetrics:
         signal, norm_b, dot, noise = self.sums

@@ -57,20 +57,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from model_compression_toolkit.core.analysis import Comparison, float_chunks
 from model_compression_toolkit.core.config import ResourceUtilization
 from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.core.memory import FLOAT_BITS, graph_memory, total
 from model_compression_toolkit.core.metrics import SQNR_CEILING_DB
 from model_compression_toolkit.core.quant_config import NodeQuantConfig, WeightsQuantConfig
 from model_compression_toolkit.core.quantizers import fake_quant
-from model_compression_toolkit.core.similarity import (
-    ComparePoint,
-    _local_group,
-    chunk_size,
-    compare_points,
-    local_graph,
-    sample_chunks,
-)
+from model_compression_toolkit.core.similarity import ComparePoint, _local_group, local_graph, sample_chunks
 from model_compression_toolkit.core.thresholds import fill_weights_config
 from model_compression_toolkit.errors import ResourceBudgetError
 
@@ -79,7 +73,6 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger("model_compression_toolkit")
 JSON_FILE, CSV_FILE = "mixed_precision.json", "mixed_precision.csv"
-BYTES_PER_VALUE = 4
 DP_MAX_STEPS = 1_000_000
 GAIN_SAMPLES = 4  # samples of the per-layer output passes
 LOCAL, WEIGHTS, NOT_MEASURED = "local output", "weights only", "not measured"
@@ -340,23 +333,21 @@ def measure_sensitivities(
     """
     backend, cfg = session.backend, session.config
     n_samples = cfg.mixed_precision_config.samples
-    points = compare_points(session.initial, graph)
+    plan = Comparison.of(session.initial, graph)
+    points = plan.points
     owner = _own_points(graph, points, set(names))
     locals_ = {b: local_graph(g, points) for b, g in variants.items()}  # the same point.local in each
     first = next(iter(locals_.values()))
     local_sum = {b: {p.name: 0.0 for p in points} for b in variants}
     seen = 0
     if first.graph.outputs:
-        float_names = list(dict.fromkeys([p.reference for p in points]
-                                         + [ref for kind, ref in first.feeds if kind == "float"]))  # fmt: skip
-        float_model = backend.build(session.initial, quantized=False, extra_outputs=float_names)
         models = {b: backend.build(lg.graph, quantized=True) for b, lg in locals_.items()}
         out_names = [name for name, _ in first.graph.outputs]
-        per_sample = sum(session.initial.node(n).output_size() for n in float_names) * BYTES_PER_VALUE
-        per_sample += sum(first.graph.node(n).output_size() for n in out_names) * BYTES_PER_VALUE
-        chunk = chunk_size(per_sample, n_samples, cfg.debug_config.similarity_memory_cap)
-        for data in sample_chunks(session.data.samples(n_samples), chunk):
-            f_out = dict(zip(float_names, backend.run(float_model, data)[len(session.initial.outputs) :]))
+        chunk = plan.chunk_size(n_samples, cfg.debug_config.similarity_memory_cap)
+        chunks = float_chunks(
+            backend, session.initial, plan.float_names, session.data, n_samples, chunk, session.reference
+        )
+        for data, f_out in chunks:
             feeds = [f_out[ref] if kind == "float" else data[ref] for kind, ref in first.feeds]
             signal = {p.name: _power(f_out[p.reference]) for p in points if p.local}
             for b, model in models.items():

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from model_compression_toolkit.core.analysis import SimilarityResult, analyze
+from model_compression_toolkit.core.analysis import Comparison, SimilarityResult, analyze
 from model_compression_toolkit.core.backend import get_backend
 from model_compression_toolkit.core.config import CoreConfig, DebugConfig, KeepFloat, ResourceUtilization
 from model_compression_toolkit.core.data import RepresentativeData
@@ -31,6 +31,7 @@ from model_compression_toolkit.core.memory import graph_memory
 from model_compression_toolkit.core.preparation import assign_quantization, prepare_graph
 from model_compression_toolkit.core.quantizers import fake_quant
 from model_compression_toolkit.core.selection import check_rules
+from model_compression_toolkit.core.similarity import FloatReference
 from model_compression_toolkit.core.stage import StageReport, StageSink
 from model_compression_toolkit.core.statistics import NodeStatistics, StatisticsCollector
 from model_compression_toolkit.core.thresholds import fill_activation_config, fill_weights_config
@@ -150,7 +151,11 @@ class Session:
         for message in read_warnings:
             self.warn(message)
         self._stats: dict[str, NodeStatistics] | None = None
+        self._reference: FloatReference | None = None
         self._prepared: Graph | None = None
+        # Samples whose float outputs the statistics pass keeps for later comparisons, on
+        # top of what `run` needs itself (the tuning loop compares every trial).
+        self.reference_samples = 0
         if self.target is not None:  # an impossible budget fails now, before any file is written
             from model_compression_toolkit.core.mixed_precision import check_budget
 
@@ -174,30 +179,64 @@ class Session:
         graph.validate()
         return graph
 
-    def statistics(self, graph: Graph) -> dict[str, NodeStatistics]:
-        """Activation statistics of every node quantized in ``graph`` (one pass over the data, cached)."""
+    def statistics(self, graph: Graph, reference_samples: int = 0) -> dict[str, NodeStatistics]:
+        """Activation statistics of every node quantized in ``graph`` (one pass over the data, cached).
+
+        With ``reference_samples``, the same pass keeps the float outputs that comparing
+        ``graph`` with the float model reads, on the first samples, when they fit under
+        the similarity memory cap.
+        """
         wanted = [n.name for n in graph.nodes() if n.quant.activation is not None]
         if self._stats is None or any(name not in self._stats for name in wanted):
-            self._stats = self._collect(graph, wanted)
+            self._stats, self._reference = self._collect(graph, wanted, reference_samples)
         return self._stats
 
-    def _collect(self, graph: Graph, names: list[str]) -> dict[str, NodeStatistics]:
+    @property
+    def reference(self) -> FloatReference | None:
+        """The float outputs the statistics pass kept, if it was asked to (see `statistics`)."""
+        return self._reference
+
+    def _recorder(self, graph: Graph, samples: int) -> FloatReference | None:
+        if samples <= 0:
+            return None
+        plan = Comparison.of(self.initial, graph)
+        if plan.chunk_size(samples, self.config.debug_config.similarity_memory_cap) < samples:
+            return None  # more than the cap at once: the comparison runs the float model in chunks
+        return FloatReference(plan.float_names, samples)
+
+    def _collect(
+        self, graph: Graph, names: list[str], reference_samples: int
+    ) -> tuple[dict[str, NodeStatistics], FloatReference | None]:
+        """One pass of the user's float model (``self.initial``) over the data.
+
+        A node of ``graph`` reproduces the output of its ``output_reference`` in the
+        original graph (a conv with a folded batch norm: the batch norm's), so its
+        statistics are taken there, and the same pass gives the comparison its float side.
+        """
+        refs = {n: graph.node(n).output_reference for n in names}
+        source, recorder = self.initial, self._recorder(graph, reference_samples)
+        if any(ref not in self.initial for ref in refs.values()):  # not expected: measure graph itself
+            source, recorder, refs = graph, None, {n: n for n in names}
+        outputs = list(dict.fromkeys([*refs.values(), *(recorder.names if recorder else [])]))
         bins = self.config.quantization_config.histogram_bins
         collectors = {n: StatisticsCollector(bins, graph.node(n).channel_axis) for n in names}
-        model = self.backend.build(graph, quantized=False, extra_outputs=names)
-        n_outputs = len(graph.outputs)
+        model = self.backend.build(source, quantized=False, extra_outputs=outputs)
+        n_outputs = len(source.outputs)
         batches = tqdm(self.data.batches(), desc="Collecting statistics", unit="batch", leave=False)
         for index, batch in enumerate(batches):
             try:
-                outputs = self.backend.run(model, batch)
+                values = dict(zip(outputs, self.backend.run(model, batch)[n_outputs:]))
             except (RuntimeError, ValueError, TypeError) as err:  # the first batch ran: this one is bad
                 shapes = ", ".join(f"input {i}: {a.shape}" for i, a in enumerate(batch))
                 first = ", ".join(str(a.shape) for a in self.data.first)
                 raise InputMismatchError(
                     f"batch {index}, {shapes} does not fit the model, though batch 0 ({first}) did: {err}"
                 ) from err
-            for name, value in zip(names, outputs[n_outputs:]):
-                collectors[name].update(value)
+            for name, ref in refs.items():
+                collectors[name].update(values[ref])
+            if recorder is not None:
+                recorder.add(batch, values)
+            del values
         stats = {n: c.result() for n, c in collectors.items()}
         for name, s in stats.items():
             if s.nonfinite:
@@ -206,7 +245,7 @@ class Session:
                     "when collecting statistics",
                     RuntimeWarning,
                 )
-        return stats
+        return stats, recorder
 
     def select_thresholds(self, graph: Graph) -> None:
         select_thresholds(graph, self.statistics(graph), self.config.quantization_config.l_p_value)
@@ -220,7 +259,7 @@ class Session:
         debug = self.config.debug_config
         return analyze(
             self.backend, self.initial, graph, self.data, debug.similarity_samples,
-            debug.similarity_memory_cap, self.statistics(graph),
+            debug.similarity_memory_cap, self.statistics(graph), self.reference,
         )  # fmt: skip
 
     def quantize(self, keep_float: Sequence[KeepFloat] | None = None, similarity: bool = False) -> Trial:
@@ -231,6 +270,15 @@ class Session:
         if similarity:
             trial.similarity = self.analyze(graph)
         return trial
+
+    def _reference_samples(self, run: RunContext) -> int:
+        """Samples of float outputs the statistics pass keeps for what `run` compares later."""
+        n = self.reference_samples
+        if self.config.debug_config.analyze_similarity and run.folder is not None:
+            n = max(n, self.config.debug_config.similarity_samples)
+        if self.target is not None:
+            n = max(n, self.config.mixed_precision_config.samples)
+        return n
 
     def info(self, graph: Graph, run: RunContext) -> QuantizationInfo:
         return QuantizationInfo.of(graph, self.model_name, run.folder, self.warnings)
@@ -249,7 +297,7 @@ class Session:
         _report(sink, "initial_graph", self.initial)
         graph = self.prepare()
         _report(sink, "after_graph_preparation", graph)
-        stats = self.statistics(graph)
+        stats = self.statistics(graph, self._reference_samples(run))
         _report(sink, "after_statistics_collection", graph, statistics=stats)
         self.select_thresholds(graph)
         _report(sink, "thresholds_selection", graph, statistics=stats)

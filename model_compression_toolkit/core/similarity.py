@@ -3,7 +3,10 @@
 Three models see the same samples, in chunks that keep the extra memory under a cap:
 
 - the float model rebuilt from the user's original graph (before BN folding), with an
-  extra output at every compare point's reference and at every local group's inputs;
+  extra output at every compare point's reference and at every local group's inputs.
+  The statistics pass runs this model anyway: it keeps these outputs on the first N
+  samples (`FloatReference`) when they fit under the cap, and the float model need
+  not run again;
 - the quantized model, with an extra output at every compare point (after its quantizer);
 - a "local" model of single quantized layers, each fed the float model's inputs.
 
@@ -51,7 +54,7 @@ def compare_points(float_graph: Graph, q_graph: Graph) -> list[ComparePoint]:
     """Every quantized activation, every output the user kept float, and every model output."""
     points = []
     for position, node in enumerate(q_graph.nodes()):
-        quantized = node.quant.activation is not None and node.quant.activation.grid is not None
+        quantized = node.quant.activation is not None  # its grid may not be chosen yet
         kept = node.quant.activation_float_reason == KEPT_FLOAT
         is_output = q_graph.is_output(node.name)
         if (quantized or kept or is_output) and node.output_reference in float_graph and node.kind != OpKind.SHAPE:
@@ -148,6 +151,57 @@ def _placeholder(name: str, src: Node, index: int) -> Node:
         channel_axis=src.channel_axis,
         attrs={"dtype": src.attrs.get("dtype", "float32")},
     )
+
+
+def float_names(points: list[ComparePoint], local: LocalGraph) -> list[str]:
+    """The float-graph nodes whose outputs a comparison reads: every point's reference and
+    every local group's float input, each once, in that order."""
+    return list(dict.fromkeys([p.reference for p in points] + [ref for kind, ref in local.feeds if kind == "float"]))
+
+
+Chunk = tuple[list[np.ndarray], dict[str, np.ndarray]]  # (model inputs, float-graph node -> output)
+
+
+class FloatReference:
+    """The first samples of the representative data and the float model's outputs on them.
+
+    Recorded during the statistics pass, which runs the float model anyway, so that the
+    similarity analysis and the mixed-precision search need no float pass of their own:
+    ``statistics pass -> add(batch, outputs) -> chunks() -> quantized and local passes``.
+    The batches are kept as they came (only the last one is cut), so nothing is copied.
+
+    Args:
+        names: the float-graph nodes whose outputs are kept.
+        samples: how many samples to keep (fewer when the data holds fewer).
+    """
+
+    def __init__(self, names: list[str], samples: int) -> None:
+        self.names, self.wanted = list(names), int(samples)
+        self.samples = 0
+        self._chunks: list[Chunk] = []
+
+    def add(self, inputs: list[np.ndarray], outputs: dict[str, np.ndarray]) -> None:
+        """Keep the part of one batch that falls within the first ``samples`` samples."""
+        take = min(self.wanted - self.samples, len(inputs[0]))
+        if take <= 0:
+            return
+        cut = (lambda a: a) if take == len(inputs[0]) else (lambda a: np.array(a[:take]))  # a copy frees the batch
+        self._chunks.append(([cut(a) for a in inputs], {n: cut(outputs[n]) for n in self.names}))
+        self.samples += take
+
+    def covers(self, names: list[str], samples: int) -> bool:
+        """Whether the first ``samples`` samples of the data and the outputs ``names`` are all here."""
+        return samples <= self.wanted and set(names) <= set(self.names)
+
+    def chunks(self, samples: int) -> Iterator[Chunk]:
+        """The kept batches, cut after the first ``samples`` samples."""
+        left = samples
+        for inputs, outputs in self._chunks:
+            if left <= 0:
+                return
+            take = min(left, len(inputs[0]))
+            yield [a[:take] for a in inputs], {n: v[:take] for n, v in outputs.items()}
+            left -= take
 
 
 def sample_chunks(batches: Iterator[list[np.ndarray]], chunk: int) -> Iterator[list[np.ndarray]]:

@@ -358,6 +358,7 @@ def tuned_post_training_quantization(
             f"got {type(evaluate).__name__}"
         )
     session = Session(model, representative_data_gen, core_config, framework)
+    session.reference_samples = session.config.debug_config.similarity_samples  # every trial is compared
     baseline = check_score(evaluate(model), "the float model")
     if config.relative and baseline == 0:
         raise ConfigurationError(
