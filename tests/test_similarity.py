@@ -77,6 +77,7 @@ def test_similarity_reads_back_from_tensorboard(fw, trained_digits, tmp_path):
     for layer in info.similarity.layers:
         f, q = acc.Histograms(f"{layer.name}/float"), acc.Histograms(f"{layer.name}/quantized")
         assert list(f[0].histogram_value.bucket_limit) == list(q[0].histogram_value.bucket_limit)
+        assert f[0].histogram_value.num == q[0].histogram_value.num > 0  # the same 20 samples
     assert len(histograms) == 2 * len(info.similarity.layers)
     assert acc.Tags()["tensors"]  # the ranked text table
     for kind in ("accumulated", "local"):
@@ -130,6 +131,11 @@ def test_the_statistics_pass_gives_the_comparison_its_float_side(fw, trained_dig
     small_cap = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(similarity_memory_cap=1 << 20))
     _, chunked = fw.ptq(model, counted, small_cap)
     assert len(calls) == 2 and chunked.similarity.samples == 20
+    first, second = (load(run / "similarity") for run in run_folders(tmp_path))
+    for layer in kept.similarity.layers:  # the float histograms kept by the statistics pass hold the 20 samples
+        counts = [acc.Histograms(f"{layer.name}/{side}")[0].histogram_value.num for side in ("float", "quantized")
+                  for acc in (first, second)]  # fmt: skip
+        assert len(set(counts)) == 1, (layer.name, counts)
     for a, b in zip(kept.similarity.layers, chunked.similarity.layers):  # batches of 8 vs chunks of other
         assert a.name == b.name  # sizes: float sums differ in the last bits, a rare value rounds the other way
         np.testing.assert_allclose(a.cosine_per_sample, b.cosine_per_sample, rtol=1e-4)

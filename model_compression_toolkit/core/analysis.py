@@ -4,16 +4,19 @@ models on the same samples, chunk by chunk, metrics as outputs arrive."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from model_compression_toolkit.core.backend import Backend
+from model_compression_toolkit.core.bins import AnchoredBins
 from model_compression_toolkit.core.data import RepresentativeData
 from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.core.metrics import MetricSums, SampleMetrics, blocks, sample_rows
 from model_compression_toolkit.core.report import LayerSimilarity, SimilarityReport
 from model_compression_toolkit.core.similarity import (
+    LOCAL_SUFFIX,
     Chunk,
     ComparePoint,
     FloatReference,
@@ -26,7 +29,6 @@ from model_compression_toolkit.core.similarity import (
 )
 from model_compression_toolkit.core.statistics import NodeStatistics
 
-HISTOGRAM_BINS = 128  # at most 256: bin indices are counted as uint8
 BYTES_PER_VALUE = 4
 
 
@@ -48,9 +50,20 @@ class SimilarityResult:
 
 
 class _PointAccumulator:
-    """Reduces one compare point's outputs, chunk by chunk, to metrics and histograms."""
+    """Reduces one compare point's outputs, chunk by chunk, to metrics and histograms.
 
-    def __init__(self, point: ComparePoint, node: Node, stats: NodeStatistics | None) -> None:
+    The histograms use `AnchoredBins`. With ``float_histogram`` (counts and edges of the
+    float output on exactly the compared samples, kept by the statistics pass) the float
+    side is that histogram summed onto coarser bins: only quantized values are binned here.
+    """
+
+    def __init__(
+        self,
+        point: ComparePoint,
+        node: Node,
+        stats: NodeStatistics | None,
+        float_histogram: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
         self.point, self.node = point, node
         self.accumulated: list[SampleMetrics] = []
         self.local: list[SampleMetrics] = []
@@ -60,35 +73,31 @@ class _PointAccumulator:
         if self.grid is not None:
             s, zp = float(np.max(self.grid.scale)), float(np.max(self.grid.zero_point))
             self.range = ((self.grid.qmin - zp) * s, (self.grid.qmax - zp) * s, s)
-        self.edges = None if stats is None else self._edges(stats.min, stats.max)
         self.clipped = 0
         self.total = 0
-        self.hist_float = np.zeros(HISTOGRAM_BINS, np.int64)
-        self.hist_quant = np.zeros(HISTOGRAM_BINS, np.int64)
+        self.bins: AnchoredBins | None = None
+        self.float_known = float_histogram is not None
+        if float_histogram is not None:
+            counts, edges = float_histogram
+            fine, used = AnchoredBins.of_edges(edges), np.flatnonzero(counts)
+            lo, hi = (edges[used[0]], edges[used[-1] + 1]) if used.size else (0.0, 0.0)
+            self._set_bins(float(lo), float(hi), finest=fine.e)
+            self.hist_float = self.bins.sum_from(counts, fine)
+        elif stats is not None:
+            self._set_bins(stats.min, stats.max)
 
-    def _edges(self, lo: float, hi: float) -> np.ndarray:
+    def _set_bins(self, lo: float, hi: float, finest: int | None = None) -> None:
         if self.range is not None:
             lo, hi = min(lo, self.range[0]), max(hi, self.range[1])
-        if not np.isfinite([lo, hi]).all():
-            lo, hi = 0.0, 1.0
-        if hi <= lo:
-            hi = lo + 1.0
-        return np.linspace(lo, hi, HISTOGRAM_BINS + 1)
+        self.bins = AnchoredBins.covering(lo, hi, finest)
+        self.hist_float = np.zeros(self.bins.count, np.int64)
+        self.hist_quant = np.zeros(self.bins.count, np.int64)
 
-    def _hist(self, values: np.ndarray, finite: bool = False) -> np.ndarray:
-        """Counts of one block's finite values on the uniform bins ``self.edges`` (values
-        outside go to the end bins), computed in the values' precision. ``finite``: the
-        caller knows every value is finite."""
+    def _counts(self, values: np.ndarray, finite: bool) -> np.ndarray:
+        """Bin counts of one block's finite values (``finite``: the caller knows they all are)."""
         if not finite and not np.isfinite(values).all():
             values = values[np.isfinite(values)]
-        if values.dtype.kind != "f":
-            values = values.astype(np.float64)
-        lo, inv = self.edges[0], HISTOGRAM_BINS / (self.edges[-1] - self.edges[0])
-        with np.errstate(over="ignore"):  # far outside the range: clipped into an end bin below
-            scaled = np.multiply(values, values.dtype.type(inv))  # bin coordinates: (x - lo) / width
-            scaled -= scaled.dtype.type(lo * inv)
-        np.clip(scaled, 0, HISTOGRAM_BINS - 1, out=scaled)
-        return np.bincount(scaled.astype(np.uint8), minlength=HISTOGRAM_BINS)
+        return self.bins.counts(values)
 
     def _check(self, reference: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ref, out = sample_rows(reference), sample_rows(other)
@@ -102,15 +111,17 @@ class _PointAccumulator:
         """Reduce one chunk of samples of the quantized model, block by block: accumulated
         error, both histograms, clipped values."""
         ref, q = self._check(reference, quantized)
-        if self.edges is None:
+        if self.bins is None:
             finite = reference[np.isfinite(reference)]
-            self.edges = self._edges(float(finite.min()), float(finite.max())) if finite.size else self._edges(0, 1)
+            lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+            self._set_bins(lo, hi)
         sums = MetricSums(*ref.shape)
         for i, cols in blocks(ref):
             r, qb = ref[i, cols], q[i, cols]
             finite = sums.add(i, r, qb)
-            self.hist_float += self._hist(r, finite)
-            self.hist_quant += self._hist(qb, finite)
+            if not self.float_known:
+                self.hist_float += self._counts(r, finite)
+            self.hist_quant += self._counts(qb, finite)
             if self.range is not None:
                 lo, hi, step = self.range
                 self.clipped += int(np.count_nonzero((r < lo - step / 2) | (r > hi + step / 2)))
@@ -187,7 +198,7 @@ class Comparison:
         float_names: the float-graph nodes whose outputs are read.
         float_bytes: bytes per sample of those float outputs.
         other_bytes: bytes per sample of the larger of the quantized and local models'
-            outputs (held one at a time, beside the float ones).
+            outputs.
     """
 
     points: list[ComparePoint]
@@ -208,8 +219,9 @@ class Comparison:
         return cls(points, local, names, _bytes_per_sample(float_graph, names), other)
 
     def chunk_size(self, samples: int, memory_cap: int) -> int:
-        """Samples per chunk so that the outputs held at once stay under ``memory_cap``."""
-        return chunk_size(self.float_bytes + self.other_bytes, samples, memory_cap)
+        """Samples per chunk so that the outputs held at once stay under ``memory_cap``:
+        the float ones, one model's being reduced and the next model's."""
+        return chunk_size(self.float_bytes + 2 * self.other_bytes, samples, memory_cap)
 
 
 def float_chunks(
@@ -235,6 +247,23 @@ def float_chunks(
         yield inputs, dict(zip(names, backend.run(model, inputs)[skip:]))
 
 
+def _reduce(accumulators: list[_PointAccumulator], f_out: dict, outputs, local: bool) -> None:
+    """Reduce one model's outputs on a chunk (a list by point, or local name -> output),
+    letting each go once reduced."""
+    for k, acc in enumerate(accumulators):
+        reference = f_out[acc.point.reference]
+        if not local:
+            acc.update(reference, outputs[k])
+            outputs[k] = None
+        elif acc.point.local is not None:
+            acc.update_local(reference, outputs.pop(acc.point.local))
+
+
+def _wait(pending: Future | None) -> None:
+    if pending is not None:
+        pending.result()  # raises what the reduction raised
+
+
 def analyze(
     backend: Backend,
     float_graph: Graph,
@@ -244,6 +273,7 @@ def analyze(
     memory_cap: int,
     stats: Mapping[str, NodeStatistics] | None = None,
     reference: FloatReference | None = None,
+    weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
 ) -> SimilarityResult:
     """Compare the float model (``float_graph``, before preparation) with the quantized one.
 
@@ -256,38 +286,48 @@ def analyze(
         stats: collected statistics by node, to put the histograms on the right range.
         reference: the float outputs kept by the statistics pass; the float model runs
             only when it does not hold what the comparison reads.
+        weights: quantized weights already computed (node -> weight name -> array).
     """
     plan = Comparison.of(float_graph, q_graph)
     points, local = plan.points, plan.local
-    q_model = backend.build(q_graph, quantized=True, extra_outputs=[p.name for p in points])
-    local_model = backend.build(local.graph, quantized=True) if local.graph.outputs else None
+    q_model = backend.build(q_graph, quantized=True, extra_outputs=[p.name for p in points], weights=weights)
+    local_model = None
+    if local.graph.outputs:
+        local_weights = None if weights is None else {n + LOCAL_SUFFIX: weights[n] for n in weights}
+        local_model = backend.build(local.graph, quantized=True, weights=local_weights)
     local_names = [name for name, _ in local.graph.outputs]
-    accumulators = [_PointAccumulator(p, q_graph.node(p.name), (stats or {}).get(p.name)) for p in points]
     chunks = float_chunks(
         backend, float_graph, plan.float_names, data, samples, plan.chunk_size(samples, memory_cap), reference
     )
-    seen = 0
-    for chunk, f_out in chunks:
-        # Each model's outputs are reduced, and let go, before the next model runs.
-        q_out = backend.run(q_model, chunk)[len(q_graph.outputs) :]
-        for k, acc in enumerate(accumulators):
-            acc.update(f_out[acc.point.reference], q_out[k])
-            q_out[k] = None
-        del q_out
-        if local_model is not None:
-            feeds = [f_out[ref] if kind == "float" else chunk[ref] for kind, ref in local.feeds]
-            l_out = dict(zip(local_names, backend.run(local_model, feeds)))
-            del feeds
-            for acc in accumulators:
-                if acc.point.local is not None:
-                    acc.update_local(f_out[acc.point.reference], l_out.pop(acc.point.local))
-            del l_out
-        seen += len(chunk[0])
-        del f_out
+    covered = reference is not None and reference.covers(plan.float_names, samples)
+    float_histograms = reference.histograms_of(samples) if covered else {}
+    accumulators = [
+        _PointAccumulator(p, q_graph.node(p.name), (stats or {}).get(p.name), float_histograms.get(p.name))
+        for p in points
+    ]
+    seen, pending = 0, None
+    # While a model runs, the outputs of the one before are reduced on a second thread
+    # (torch and numpy let go of the GIL as they compute); then they are let go.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mct-similarity") as reducer:
+        for chunk, f_out in chunks:
+            q_out = backend.run(q_model, chunk)[len(q_graph.outputs) :]
+            _wait(pending)
+            pending = reducer.submit(_reduce, accumulators, f_out, q_out, local=False)
+            del q_out
+            if local_model is not None:
+                feeds = [f_out[ref] if kind == "float" else chunk[ref] for kind, ref in local.feeds]
+                l_out = backend.run(local_model, feeds)
+                del feeds
+                _wait(pending)
+                pending = reducer.submit(_reduce, accumulators, f_out, dict(zip(local_names, l_out)), local=True)
+                del l_out
+            seen += len(chunk[0])
+            del f_out
+        _wait(pending)
     layers = [acc.result(q_graph.node(acc.point.name).layer_type) for acc in accumulators]
     histograms = {
-        acc.point.name: PairHistogram(acc.edges, acc.hist_float, acc.hist_quant)
+        acc.point.name: PairHistogram(acc.bins.edges(), acc.hist_float, acc.hist_quant)
         for acc in accumulators
-        if acc.edges is not None
+        if acc.bins is not None
     }
     return SimilarityResult(SimilarityReport(samples=seen, layers=layers), histograms)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 SQNR_CEILING_DB = 100.0
-BLOCK_VALUES = 1 << 15  # values of one sample summed at a time
+BLOCK_VALUES = 1 << 16  # values of one sample summed at a time (fewer, larger numpy calls)
 _TINY = 1e-30  # float32 sums below this are redone in float64 (squares of values < 1e-19 underflow)
 
 

@@ -234,10 +234,16 @@ class Session:
                 ) from err
             for name, ref in refs.items():
                 collectors[name].update(values[ref])
-            if recorder is not None:
+            room = recorder.room if recorder is not None else 0
+            if room:
                 recorder.add(batch, values)
+                if not recorder.room:  # the float histograms of exactly the kept samples
+                    rest = slice(room, None) if room < len(batch[0]) else slice(0, 0)
+                    recorder.histograms = {n: c.histogram_without(values[refs[n]][rest]) for n, c in collectors.items()}
             del values
         stats = {n: c.result() for n, c in collectors.items()}
+        if recorder is not None and recorder.histograms is None:  # the data held fewer samples
+            recorder.histograms = {n: (s.counts, s.edges) for n, s in stats.items()}
         for name, s in stats.items():
             if s.nonfinite:
                 self.warn(
@@ -255,11 +261,11 @@ class Session:
         remember(q_model, graph)
         return q_model
 
-    def analyze(self, graph: Graph) -> SimilarityResult:
+    def analyze(self, graph: Graph, weights: QuantizedWeights | None = None) -> SimilarityResult:
         debug = self.config.debug_config
         return analyze(
             self.backend, self.initial, graph, self.data, debug.similarity_samples,
-            debug.similarity_memory_cap, self.statistics(graph), self.reference,
+            debug.similarity_memory_cap, self.statistics(graph), self.reference, weights,
         )  # fmt: skip
 
     def quantize(self, keep_float: Sequence[KeepFloat] | None = None, similarity: bool = False) -> Trial:
@@ -312,7 +318,7 @@ class Session:
         q_model = self.build(graph, quantized_weights)
         similarity = None
         if self.config.debug_config.analyze_similarity and run.folder is not None:
-            similarity = self.analyze(graph)
+            similarity = self.analyze(graph, quantized_weights)
             self._write(similarity.report.write, run.folder)
             LOG.info(similarity.report.summary())
         _report(

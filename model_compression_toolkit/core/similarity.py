@@ -179,10 +179,23 @@ class FloatReference:
         self.names, self.wanted = list(names), int(samples)
         self.samples = 0
         self._chunks: list[Chunk] = []
+        # node -> (counts, edges): the histogram of its float output on exactly the kept
+        # samples, on the statistics' bins (the float side of the comparison's histograms);
+        # set by whoever feeds the batches
+        self.histograms: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+
+    @property
+    def room(self) -> int:
+        """Samples still wanted."""
+        return self.wanted - self.samples
+
+    def histograms_of(self, samples: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """The float histograms of the first ``samples`` samples, when those are what was kept."""
+        return (self.histograms or {}) if samples >= self.samples else {}
 
     def add(self, inputs: list[np.ndarray], outputs: dict[str, np.ndarray]) -> None:
         """Keep the part of one batch that falls within the first ``samples`` samples."""
-        take = min(self.wanted - self.samples, len(inputs[0]))
+        take = min(self.room, len(inputs[0]))
         if take <= 0:
             return
         cut = (lambda a: a) if take == len(inputs[0]) else (lambda a: np.array(a[:take]))  # a copy frees the batch

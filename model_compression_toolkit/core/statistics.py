@@ -117,19 +117,39 @@ class StatisticsCollector:
         self._merge_channels(ch_min, ch_max, ch_sum, ch_count)
         seen = ch_count > 0
         self._cover(float(ch_min[seen].min()), float(ch_max[seen].max()))
-        self._sum_squares += self._count_values(flat)
+        counts, sum_squares = self._bin(flat)
+        self._counts += counts
+        self._sum_squares += sum_squares
         self._count += int(flat.size)
         self._sum += float(ch_sum.sum())
 
+    def histogram_without(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, edges) of everything fed so far but the values ``x``, fed already.
+
+        The statistics pass feeds a batch whole (the bins must not depend on where the
+        data is cut) and takes the histogram of its first samples by leaving out the rest.
+        """
+        flat = np.ravel(x)
+        if flat.dtype != np.float32 and flat.dtype != np.float64:
+            flat = flat.astype(np.float64 if flat.dtype.itemsize > 4 else np.float32)
+        if not np.isfinite(flat).all():
+            flat = flat[np.isfinite(flat)]
+        counts = self._counts.copy()
+        if flat.size and self._e is not None:
+            counts -= self._bin(flat)[0]
+        return counts, self._edges()
+
+    def _edges(self) -> np.ndarray:
+        if self._e is None:
+            return np.linspace(0.0, 1.0, self.n_bins + 1)
+        return (self._lo + np.arange(self.n_bins + 1, dtype=np.float64)) * 2.0**self._e
+
     def result(self) -> NodeStatistics:
         """The statistics of everything fed so far (zeros when nothing finite was fed)."""
-        n = self.n_bins
+        edges = self._edges()
         if self._e is None:
-            edges = np.linspace(0.0, 1.0, n + 1)
             lo = hi = 0.0
         else:
-            width = 2.0**self._e
-            edges = (self._lo + np.arange(n + 1, dtype=np.float64)) * width
             lo, hi = float(self._ch_min.min()), float(self._ch_max.max())
         if self._ch_count is None:
             empty = np.zeros(0)
@@ -207,14 +227,15 @@ class StatisticsCollector:
         np.add.at(merged, old - new_lo, self._counts)
         self._counts, self._e, self._lo = merged, self._e + k, new_lo
 
-    def _count_values(self, flat: np.ndarray) -> float:
-        """Histogram finite values already inside the range; returns their sum of squares."""
+    def _bin(self, flat: np.ndarray) -> tuple[np.ndarray, float]:
+        """(bin counts, sum of squares) of finite values already inside the range."""
         n, e = self.n_bins, self._e
         inv_width = 2.0**-e if -1000 < e < 1000 else None
         step = min(_CHUNK, flat.size)
         buf = np.empty(step, dtype=np.float64)
         ibuf = np.empty(step, dtype=np.intp)
         sum_squares = 0.0
+        counts = np.zeros(n, dtype=np.int64)
         for start in range(0, flat.size, step):
             chunk = flat[start : start + step]
             t, idx = buf[: chunk.size], ibuf[: chunk.size]
@@ -227,5 +248,5 @@ class StatisticsCollector:
             np.floor(t, out=t)
             t -= self._lo  # integers below 2**53: exact
             idx[...] = t
-            self._counts += np.bincount(idx, minlength=n)
-        return sum_squares
+            counts += np.bincount(idx, minlength=n)
+        return counts, sum_squares

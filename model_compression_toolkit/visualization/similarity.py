@@ -28,7 +28,7 @@ from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quantizers import fake_quant
 from model_compression_toolkit.core.report import ERROR_CLASS_THRESHOLDS_DB, LayerSimilarity, SimilarityReport
 from model_compression_toolkit.visualization.event_file import RunWriter
-from model_compression_toolkit.visualization.tensorboard import canvas_png, figure_to_png, histogram_proto
+from model_compression_toolkit.visualization.tensorboard import PaletteCanvas, figure_to_png, histogram_proto
 
 DPI = 90
 MAX_FILTERS = 64
@@ -166,7 +166,8 @@ def _layer_axes(names: list[str], height: float = 3.4) -> tuple[Figure, object]:
     ax = fig.add_subplot()
     ticks = np.arange(0, len(names), step)
     ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=font)
-    ax.set_xticks(np.arange(len(names)), minor=True)
+    if step > 1:  # unnamed layers still get a tick
+        ax.set_xticks(np.arange(len(names)), minor=True)
     ax.set_xlim(-0.5, max(len(names) - 0.5, 0.5))
     ax.set_ylabel("cosine similarity")
     ax.set_xlabel("layer (topological order)" + (f", 1 name in {step} shown" if step > 1 else ""), fontsize=8)
@@ -190,7 +191,7 @@ def sample_pngs(report: SimilarityReport) -> list[bytes]:
     Every sample's plot has the same y axis (it shows all samples' values), so flipping
     through the samples compares them at one scale. The axes and layer names, most of
     the drawing time, are drawn once; for each sample only the line, the lowest point
-    and the sample number are drawn over that background.
+    and one note (sample number, lowest layer) are drawn over that background.
     """
     layers = _ordered(report)
     matrix = cosine_matrix(report)
@@ -204,29 +205,28 @@ def sample_pngs(report: SimilarityReport) -> list[bytes]:
     (worst,) = ax.plot([], [], "v", ms=8, color="tab:red")
     note = ax.annotate("", (0, 1), xytext=(8, 4), textcoords="offset points", fontsize=8, color="tab:red")
     ax.set_title("cosine similarity, quantized vs float model", fontsize=10)
-    label = ax.text(0, 1.02, "", transform=ax.transAxes, fontsize=10, fontweight="bold", va="bottom")
-    dynamic = [line, worst, note, label]
+    dynamic = [line, worst, note]
     for artist in dynamic:
         artist.set_animated(True)
     canvas = fig.canvas
     canvas.draw()
     background = canvas.copy_from_bbox(fig.bbox)
+    encoder = PaletteCanvas(canvas)
     pngs = []
     for i in range(matrix.shape[1]):
         values = matrix[:, i]
         line.set_ydata(values)
-        label.set_text(f"sample {i}")
         if np.isfinite(values).any():
             k = int(np.nanargmin(values))
             worst.set_data([k], [values[k]])
-            _place(note, k, values[k], len(layers), f"lowest: {layers[k].name}, {values[k]:.5f}")
+            _place(note, k, values[k], len(layers), f"sample {i}, lowest: {layers[k].name}, {values[k]:.5f}")
         else:
             worst.set_data([], [])
-            note.set_text("no finite value")
+            note.set_text(f"sample {i}: no finite value")
         canvas.restore_region(background)
         for artist in dynamic:
             ax.draw_artist(artist)
-        pngs.append(canvas_png(canvas))
+        pngs.append(encoder.png())
     return pngs
 
 
