@@ -65,6 +65,8 @@ class ActivationFakeQuant(keras.layers.Layer):
     def call(self, x: Any) -> Any:
         ndim = len(x.shape)
         scale = self._param(self.scale, ndim)
+        if not np.any(self.zero_point):  # symmetric: two elementwise passes fewer
+            return keras.ops.clip(keras.ops.round(x / scale), self.qmin, self.qmax) * scale
         zp = self._param(self.zero_point, ndim)
         q = keras.ops.clip(keras.ops.round(x / scale) + zp, self.qmin, self.qmax)
         return (q - zp) * scale

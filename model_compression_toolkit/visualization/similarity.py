@@ -353,7 +353,7 @@ def filters_png(node: Node, max_filters: int = MAX_FILTERS) -> bytes:
     fig.suptitle(f"{_short(node.name)}: {shown} of {total} filters, input channel 0\n"
                  "each filter scaled by its float max |w|", fontsize=8)  # fmt: skip
     fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.82, wspace=0.05)
-    return figure_to_png(fig, dpi=DPI)
+    return figure_to_png(fig, palette=True)  # a 256-colour map, drawn nearest: the palette loses nothing
 
 
 def _diverging():
