@@ -163,3 +163,28 @@ def test_standalone_analysis_of_a_model_we_produced(fw, trained_digits, tmp_path
     assert "cosine_similarity/summary" in load(run / "similarity").Tags()["images"]
     with pytest.raises(mct.errors.ModelReadError, match="returned by a PTQ call"):
         mct.analyze_similarity(model, model, representative_dataset(x_train))
+
+
+def test_an_output_without_a_batch_axis_is_compared_whole(tmp_path):
+    """A scalar output (here the mean activation) cannot be cut into samples: it is kept
+    and compared whole, batch by batch, while every other point gets its 20 samples."""
+    import torch
+    from torch import nn
+
+    class WithScalar(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = nn.Conv2d(3, 8, 3), nn.Linear(8, 4)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            return self.fc(y.mean(dim=(2, 3))), y.mean()
+
+    rng = np.random.default_rng(0)
+    batches = [rng.standard_normal((8, 3, 16, 16), dtype=np.float32) for _ in range(4)]
+    mct.set_log_folder(tmp_path)
+    _, info = mct.ptq.pytorch_post_training_quantization(WithScalar().eval(), lambda: iter([[b] for b in batches]))
+    lengths = {layer.name: len(layer.cosine_per_sample) for layer in info.similarity.layers}
+    scalar = [name for name, n in lengths.items() if n != 20]
+    assert len(scalar) == 1 and lengths[scalar[0]] == 3  # batches of 8, 8 and 4 samples
+    assert info.similarity.samples == 20

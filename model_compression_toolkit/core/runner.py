@@ -31,7 +31,7 @@ from model_compression_toolkit.core.memory import graph_memory
 from model_compression_toolkit.core.preparation import assign_quantization, prepare_graph
 from model_compression_toolkit.core.quantizers import fake_quant
 from model_compression_toolkit.core.selection import check_rules
-from model_compression_toolkit.core.similarity import FloatReference
+from model_compression_toolkit.core.similarity import FloatReference, has_batch_axis
 from model_compression_toolkit.core.stage import StageReport, StageSink
 from model_compression_toolkit.core.statistics import NodeStatistics, StatisticsCollector
 from model_compression_toolkit.core.thresholds import fill_activation_config, fill_weights_config
@@ -103,6 +103,11 @@ class QuantizedWeights(Mapping):
 
     def __len__(self) -> int:
         return len(self._names)
+
+
+def _after(value: np.ndarray, kept: int, batch: int) -> np.ndarray:
+    """The samples of a batch's output after the first ``kept`` (none if it has no batch axis)."""
+    return value[kept:] if kept < batch and has_batch_axis(value, batch) else np.empty(0, np.float32)
 
 
 def _report(sink: StageSink, name: str, graph: Graph, quantized: bool = False, **kwargs: Any) -> None:
@@ -238,8 +243,10 @@ class Session:
             if room:
                 recorder.add(batch, values)
                 if not recorder.room:  # the float histograms of exactly the kept samples
-                    rest = slice(room, None) if room < len(batch[0]) else slice(0, 0)
-                    recorder.histograms = {n: c.histogram_without(values[refs[n]][rest]) for n, c in collectors.items()}
+                    recorder.histograms = {
+                        n: c.histogram_without(_after(values[refs[n]], room, len(batch[0])))
+                        for n, c in collectors.items()
+                    }
             del values
         stats = {n: c.result() for n, c in collectors.items()}
         if recorder is not None and recorder.histograms is None:  # the data held fewer samples

@@ -194,11 +194,16 @@ class FloatReference:
         return (self.histograms or {}) if samples >= self.samples else {}
 
     def add(self, inputs: list[np.ndarray], outputs: dict[str, np.ndarray]) -> None:
-        """Keep the part of one batch that falls within the first ``samples`` samples."""
-        take = min(self.room, len(inputs[0]))
+        """Keep the part of one batch that falls within the first ``samples`` samples (an
+        output without a batch axis, a scalar, is kept whole)."""
+        batch = len(inputs[0])
+        take = min(self.room, batch)
         if take <= 0:
             return
-        cut = (lambda a: a) if take == len(inputs[0]) else (lambda a: np.array(a[:take]))  # a copy frees the batch
+
+        def cut(a: np.ndarray) -> np.ndarray:  # a copy, so that the rest of the batch is let go
+            return np.array(a[:take]) if take < batch and has_batch_axis(a, batch) else a
+
         self._chunks.append(([cut(a) for a in inputs], {n: cut(outputs[n]) for n in self.names}))
         self.samples += take
 
@@ -212,9 +217,16 @@ class FloatReference:
         for inputs, outputs in self._chunks:
             if left <= 0:
                 return
-            take = min(left, len(inputs[0]))
-            yield [a[:take] for a in inputs], {n: v[:take] for n, v in outputs.items()}
+            batch = len(inputs[0])
+            take = min(left, batch)
+            cut = {n: v[:take] if has_batch_axis(v, batch) else v for n, v in outputs.items()}
+            yield [a[:take] for a in inputs], cut
             left -= take
+
+
+def has_batch_axis(value: np.ndarray, batch: int) -> bool:
+    """Whether ``value``'s first axis runs over a batch of ``batch`` samples (a scalar's does not)."""
+    return np.ndim(value) > 0 and len(value) == batch
 
 
 def sample_chunks(batches: Iterator[list[np.ndarray]], chunk: int) -> Iterator[list[np.ndarray]]:
