@@ -117,8 +117,10 @@ class DebugConfig:
         analyze_similarity: compare the float and quantized models layer by layer on
             the first ``similarity_samples`` samples (only when a log folder is set).
         similarity_samples: how many representative samples the comparison uses.
-        similarity_memory_cap: bytes of layer outputs the comparison may hold at once;
-            samples are processed in chunks that stay under it.
+        similarity_memory_cap: bytes of layer outputs the comparison may hold at once.
+            When the float outputs of all the samples fit, the statistics pass keeps
+            them and the float model does not run again; else samples are processed in
+            chunks that stay under it.
     """
 
     analyze_similarity: bool = True
