@@ -82,9 +82,7 @@ class StatisticsCollector:
     # ----------------------------------------------------------------- public
     def update(self, x: np.ndarray) -> None:
         """Add one batch of activations (any float or int dtype, any shape)."""
-        x = np.asarray(x)
-        if x.dtype != np.float32 and x.dtype != np.float64:
-            x = x.astype(np.float64 if x.dtype.itemsize > 4 else np.float32)
+        x = _floating(np.asarray(x))
         if x.size == 0:
             return
         xc = self._channel_view(x)
@@ -129,9 +127,7 @@ class StatisticsCollector:
         The statistics pass feeds a batch whole (the bins must not depend on where the
         data is cut) and takes the histogram of its first samples by leaving out the rest.
         """
-        flat = np.ravel(x)
-        if flat.dtype != np.float32 and flat.dtype != np.float64:
-            flat = flat.astype(np.float64 if flat.dtype.itemsize > 4 else np.float32)
+        flat = _floating(np.ravel(x))
         if not np.isfinite(flat).all():
             flat = flat[np.isfinite(flat)]
         counts = self._counts.copy()
@@ -250,3 +246,10 @@ class StatisticsCollector:
             idx[...] = t
             counts += np.bincount(idx, minlength=n)
         return counts, sum_squares
+
+
+def _floating(x: np.ndarray) -> np.ndarray:
+    """``x`` as float32 or float64 (integers and half floats widened; no copy when it is already)."""
+    if x.dtype == np.float32 or x.dtype == np.float64:
+        return x
+    return x.astype(np.float64 if x.dtype.itemsize > 4 else np.float32)

@@ -53,6 +53,7 @@ class ActivationFakeQuant(keras.layers.Layer):
         self.qmax = int(qmax)
         self.node_name = node_name
         self.channel_axis = int(channel_axis)
+        self._shifted = bool(np.any(self.zero_point))  # else symmetric: two elementwise passes fewer
 
     def _param(self, value: float | tuple[float, ...], ndim: int) -> Any:
         arr = np.asarray(value, dtype=self.compute_dtype)
@@ -65,7 +66,7 @@ class ActivationFakeQuant(keras.layers.Layer):
     def call(self, x: Any) -> Any:
         ndim = len(x.shape)
         scale = self._param(self.scale, ndim)
-        if not np.any(self.zero_point):  # symmetric: two elementwise passes fewer
+        if not self._shifted:
             return keras.ops.clip(keras.ops.round(x / scale), self.qmin, self.qmax) * scale
         zp = self._param(self.zero_point, ndim)
         q = keras.ops.clip(keras.ops.round(x / scale) + zp, self.qmin, self.qmax)
