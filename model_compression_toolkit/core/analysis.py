@@ -4,7 +4,6 @@ models on the same samples, chunk by chunk, metrics as outputs arrive."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -198,7 +197,7 @@ class Comparison:
         float_names: the float-graph nodes whose outputs are read.
         float_bytes: bytes per sample of those float outputs.
         other_bytes: bytes per sample of the larger of the quantized and local models'
-            outputs.
+            outputs (one model's outputs are reduced before the next model runs).
     """
 
     points: list[ComparePoint]
@@ -220,8 +219,8 @@ class Comparison:
 
     def chunk_size(self, samples: int, memory_cap: int) -> int:
         """Samples per chunk so that the outputs held at once stay under ``memory_cap``:
-        the float ones, one model's being reduced and the next model's."""
-        return chunk_size(self.float_bytes + 2 * self.other_bytes, samples, memory_cap)
+        the float ones and one model's."""
+        return chunk_size(self.float_bytes + self.other_bytes, samples, memory_cap)
 
 
 def float_chunks(
@@ -247,21 +246,15 @@ def float_chunks(
         yield inputs, dict(zip(names, backend.run(model, inputs)[skip:]))
 
 
-def _reduce(accumulators: list[_PointAccumulator], f_out: dict, outputs, local: bool) -> None:
-    """Reduce one model's outputs on a chunk (a list by point, or local name -> output),
-    letting each go once reduced."""
-    for k, acc in enumerate(accumulators):
+def _reduce(accumulators: list[_PointAccumulator], f_out: dict, outputs: dict, local: bool) -> None:
+    """Reduce one model's outputs on a chunk (by point name, or by local name), letting
+    each go once reduced."""
+    for acc in accumulators:
         reference = f_out[acc.point.reference]
         if not local:
-            acc.update(reference, outputs[k])
-            outputs[k] = None
+            acc.update(reference, outputs.pop(acc.point.name))
         elif acc.point.local is not None:
             acc.update_local(reference, outputs.pop(acc.point.local))
-
-
-def _wait(pending: Future | None) -> None:
-    if pending is not None:
-        pending.result()  # raises what the reduction raised
 
 
 def analyze(
@@ -305,25 +298,21 @@ def analyze(
         _PointAccumulator(p, q_graph.node(p.name), (stats or {}).get(p.name), float_histograms.get(p.name))
         for p in points
     ]
-    seen, pending = 0, None
-    # While a model runs, the outputs of the one before are reduced on a second thread
-    # (torch and numpy let go of the GIL as they compute); then they are let go.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mct-similarity") as reducer:
-        for chunk, f_out in chunks:
-            q_out = backend.run(q_model, chunk)[len(q_graph.outputs) :]
-            _wait(pending)
-            pending = reducer.submit(_reduce, accumulators, f_out, q_out, local=False)
-            del q_out
-            if local_model is not None:
-                feeds = [f_out[ref] if kind == "float" else chunk[ref] for kind, ref in local.feeds]
-                l_out = backend.run(local_model, feeds)
-                del feeds
-                _wait(pending)
-                pending = reducer.submit(_reduce, accumulators, f_out, dict(zip(local_names, l_out)), local=True)
-                del l_out
-            seen += len(chunk[0])
-            del f_out
-        _wait(pending)
+    q_names = [p.name for p in points]
+    seen = 0
+    # Each model's outputs are reduced as soon as it has run, then let go. Reducing them
+    # on another thread while the next model runs gains nothing: the model already keeps
+    # every core busy, and it would hold two models' outputs at once.
+    for chunk, f_out in chunks:
+        q_out = dict(zip(q_names, backend.run(q_model, chunk)[len(q_graph.outputs) :]))
+        _reduce(accumulators, f_out, q_out, local=False)
+        if local_model is not None:
+            feeds = [f_out[ref] if kind == "float" else chunk[ref] for kind, ref in local.feeds]
+            l_out = dict(zip(local_names, backend.run(local_model, feeds)))
+            del feeds
+            _reduce(accumulators, f_out, l_out, local=True)
+        seen += len(chunk[0])
+        del f_out
     layers = [acc.result(q_graph.node(acc.point.name).layer_type) for acc in accumulators]
     histograms = {
         acc.point.name: PairHistogram(acc.bins.edges(), acc.hist_float, acc.hist_quant)
