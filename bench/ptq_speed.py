@@ -102,8 +102,9 @@ def main() -> None:
         from model_compression_toolkit.visualization import similarity as view
 
         report, q_model = reports[-1]
-        view.sample_pngs(report)
-        view.summary_png(report)
+        plots = view.CosinePlots(report)
+        plots.summary()
+        plots.samples()
         for node in view.filter_nodes(produced_graph(q_model)):
             view.filters_png(node)
 

@@ -28,7 +28,12 @@ from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quantizers import fake_quant
 from model_compression_toolkit.core.report import ERROR_CLASS_THRESHOLDS_DB, LayerSimilarity, SimilarityReport
 from model_compression_toolkit.visualization.event_file import RunWriter
-from model_compression_toolkit.visualization.tensorboard import PaletteCanvas, figure_to_png, histogram_proto
+from model_compression_toolkit.visualization.tensorboard import (
+    PaletteCanvas,
+    canvas_png,
+    figure_to_png,
+    histogram_proto,
+)
 
 DPI = 90
 MAX_FILTERS = 64
@@ -65,9 +70,10 @@ def write_similarity(open_writer: Callable[[str], RunWriter], result: Similarity
         protos = pair_histograms(pair)
         if protos is not None:
             main.add_histograms({f"{name}/float": protos[0], f"{name}/quantized": protos[1]})
-    for i, png in enumerate(sample_pngs(report)):
+    plots = CosinePlots(report)
+    main.add_image("cosine_similarity/summary", plots.summary())
+    for i, png in enumerate(plots.samples()):
         main.add_image(f"cosine_similarity/sample_{i}", png)
-    main.add_image("cosine_similarity/summary", summary_png(report))
     for node in filter_nodes(graph):
         main.add_image(f"filters/{node.name}", filters_png(node))
     for writer in (main, *runs.values()):
@@ -150,19 +156,19 @@ def _short(name: str) -> str:
     return name if len(name) <= MAX_LABEL_CHARS else "…" + name[-(MAX_LABEL_CHARS - 1) :]
 
 
-def _layer_axes(names: list[str], height: float = 3.4) -> tuple[Figure, object]:
-    """A figure whose x axis names the layers: width, font and label thinning fit 1-300 layers."""
+def _layer_axes(names: list[str], height: float = 3.4, header: float = 0.9) -> tuple[Figure, object]:
+    """A figure whose x axis names the layers: width, font and label thinning fit 1-300
+    layers; ``header`` inches above the axes hold a title and a legend."""
     n = max(len(names), 1)
     font = 8 if n <= 50 else 7 if n <= 90 else 6
     width = min(max(7.0, 1.6 + n * font * 1.25 / 72), 20.0)
     step = max(1, math.ceil(n * font * 1.25 / ((width - 1.6) * 72)))
     labels = [_short(s) for s in names]
     label_in = max((len(s) for s in labels), default=1) * font * 0.62 / 72 + 0.35
-    fig = Figure(figsize=(width, height + label_in), dpi=DPI)
+    total = height + label_in
+    fig = Figure(figsize=(width, total), dpi=DPI)
     FigureCanvasAgg(fig)
-    fig.subplots_adjust(
-        left=1.0 / width, right=1 - 0.6 / width, bottom=label_in / (height + label_in), top=0.88
-    )
+    fig.subplots_adjust(left=1.0 / width, right=1 - 0.6 / width, bottom=label_in / total, top=1 - header / total)
     ax = fig.add_subplot()
     ticks = np.arange(0, len(names), step)
     ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=font)
@@ -185,109 +191,122 @@ def _ylim(*arrays: np.ndarray) -> tuple[float, float]:
     return lo - pad, hi + pad
 
 
-def sample_pngs(report: SimilarityReport) -> list[bytes]:
-    """One plot per sample: cosine similarity at every layer, layers named on the x axis.
+class CosinePlots:
+    """The summary plot and the per-sample plots, drawn on one figure.
 
-    Every sample's plot has the same y axis (it shows all samples' values), so flipping
-    through the samples compares them at one scale. The axes and layer names, most of
-    the drawing time, are drawn once; for each sample only the line, the lowest point
-    and one note (sample number, lowest layer) are drawn over that background.
+    The axes, layer names and grid are most of the drawing time; they are drawn once, at
+    one y scale for all the plots (every sample's values, the means and the local
+    cosines), so flipping between the summary and the samples compares them at one
+    scale. Each plot then draws only its own lines and notes over that background.
     """
-    layers = _ordered(report)
-    matrix = cosine_matrix(report)
-    if not layers or matrix.shape[1] == 0:
-        return []
-    fig, ax = _layer_axes([layer.name for layer in layers])
-    x = np.arange(len(layers))
-    ax.axhline(1.0, color="0.4", lw=0.8, ls="--")
-    ax.set_ylim(*_ylim(matrix))
-    (line,) = ax.plot(x, matrix[:, 0], "-o", ms=3, lw=1, color="tab:blue")
-    (worst,) = ax.plot([], [], "v", ms=8, color="tab:red")
-    note = ax.annotate("", (0, 1), xytext=(8, 4), textcoords="offset points", fontsize=8, color="tab:red")
-    ax.set_title("cosine similarity, quantized vs float model", fontsize=10)
-    dynamic = [line, worst, note]
-    for artist in dynamic:
-        artist.set_animated(True)
-    canvas = fig.canvas
-    canvas.draw()
-    background = canvas.copy_from_bbox(fig.bbox)
-    encoder = PaletteCanvas(canvas)
-    pngs = []
-    for i in range(matrix.shape[1]):
-        values = matrix[:, i]
-        line.set_ydata(values)
-        if np.isfinite(values).any():
-            k = int(np.nanargmin(values))
-            worst.set_data([k], [values[k]])
-            _place(note, k, values[k], len(layers), f"sample {i}, lowest: {layers[k].name}, {values[k]:.5f}")
-        else:
-            worst.set_data([], [])
-            note.set_text(f"sample {i}: no finite value")
-        canvas.restore_region(background)
-        for artist in dynamic:
-            ax.draw_artist(artist)
-        pngs.append(encoder.png())
-    return pngs
+
+    def __init__(self, report: SimilarityReport) -> None:
+        self.layers = _ordered(report)
+        self.matrix = matrix = cosine_matrix(report)
+        layers = self.layers
+        has = np.isfinite(matrix).any(axis=1) if matrix.size else np.zeros(len(layers), bool)
+        safe = np.where(np.isfinite(matrix), matrix, np.inf)
+        self.lows = np.array([safe[i].min() if has[i] else _nan(lay.cosine_min) for i, lay in enumerate(layers)])
+        self.highs = np.array([np.nanmax(matrix[i]) if has[i] else np.nan for i in range(len(layers))])
+        means = np.array([_nan(lay.cosine_mean) for lay in layers])
+        row_means = np.array([np.nanmean(matrix[i]) if has[i] else np.nan for i in range(len(layers))])
+        self.means = np.where(np.isfinite(means), means, row_means)
+        self.worst_sample = [
+            int(np.argmin(safe[i])) if has[i] else layer.worst_sample for i, layer in enumerate(layers)
+        ]
+        self.local = np.array([_nan(lay.local_cosine_mean) for lay in layers])
+        self.fig, self.ax = _layer_axes([layer.name for layer in layers])
+        self.x = np.arange(len(layers))
+        self.ax.axhline(1.0, color="0.4", lw=0.8, ls="--")
+        self.ax.set_ylim(*_ylim(matrix, self.lows, self.highs, self.means, self.local))
+        self.canvas = self.fig.canvas
+        self.canvas.draw()
+        self.axes_only = self.canvas.copy_from_bbox(self.fig.bbox)
+
+    def _draw(self, background, *artists) -> None:
+        """Draw ``artists`` over ``background``. They are made animated, so they stay out of
+        any later background: each plot shows only its own."""
+        self.canvas.restore_region(background)
+        for artist in artists:
+            artist.set_animated(True)
+            self.fig.draw_artist(artist)
+
+    def _header(self, title: str, handles: list) -> list:
+        """The title and the legend above the axes."""
+        height = self.fig.get_figheight()
+        legend = self.ax.legend(
+            handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=7, ncol=4, frameon=False
+        )
+        return [self.fig.text(0.5, 1 - 0.05 / height, title, ha="center", va="top", fontsize=10), legend]
+
+    def summary(self) -> bytes:
+        """Mean cosine per layer (coloured by error class), the min-max band across samples,
+        each layer's worst sample, the local cosine, and the overall worst point annotated."""
+        ax, x, layers, lows, highs, means = self.ax, self.x, self.layers, self.lows, self.highs, self.means
+        ok = np.isfinite(lows) & np.isfinite(highs)
+        band = ax.fill_between(x, np.where(ok, lows, 0), np.where(ok, highs, 0), where=ok, color="tab:blue",
+                               alpha=0.2, lw=0, label=f"min-max over {self.matrix.shape[1]} samples")  # fmt: skip
+        (mean,) = ax.plot(x, means, "-", lw=1, color="tab:blue", label="mean (accumulated)")
+        colours = [CLASS_COLOURS.get(_error_class(layer) or "", "0.5") for layer in layers]
+        dots = ax.scatter(x, means, c=colours, s=14, zorder=3)
+        (low,) = ax.plot(x, lows, "v", ms=3, color="0.3", label="worst sample per layer")
+        artists = [band, mean, dots, low]
+        handles = [band, mean, low]
+        if np.isfinite(self.local).any():
+            (local,) = ax.plot(x, self.local, "--", lw=0.8, color="tab:purple", label="mean (local: float input)")
+            artists.append(local)
+            handles.append(local)
+        if np.isfinite(lows).any():
+            k = int(np.nanargmin(lows))
+            artists += ax.plot([k], [lows[k]], "v", ms=9, color="tab:red", zorder=4)
+            note = ax.annotate("", (0, 1), xytext=(8, 4), textcoords="offset points", fontsize=8, color="tab:red",
+                               zorder=5)  # fmt: skip
+            _place(note, k, lows[k], len(layers), f"worst: {layers[k].name}, sample {self.worst_sample[k]}: {lows[k]:.5f}")
+            artists.append(note)
+        handles += [ax.scatter([], [], c=colour, s=14, label=f"error {cls}") for cls, colour in CLASS_COLOURS.items()]
+        artists += self._header(
+            f"cosine similarity per layer over {self.matrix.shape[1]} samples, quantized vs float model", handles
+        )
+        self._draw(self.axes_only, *artists)
+        return canvas_png(self.canvas)
+
+    def samples(self) -> list[bytes]:
+        """One plot per sample: its cosine at every layer, its lowest point noted, the mean
+        over the samples in grey behind it."""
+        ax, x, layers, matrix = self.ax, self.x, self.layers, self.matrix
+        if not layers or matrix.shape[1] == 0:
+            return []
+        (mean,) = ax.plot(x, self.means, "-", lw=1, color="0.7", label=f"mean over {matrix.shape[1]} samples")
+        (line,) = ax.plot(x, matrix[:, 0], "-o", ms=3, lw=1, color="tab:blue", label="this sample")
+        (worst,) = ax.plot([], [], "v", ms=8, color="tab:red", label="its lowest layer")
+        note = ax.annotate("", (0, 1), xytext=(8, 4), textcoords="offset points", fontsize=8, color="tab:red")
+        static = [mean, *self._header("cosine similarity of one sample, quantized vs float model", [line, mean, worst])]
+        self._draw(self.axes_only, *static)
+        background = self.canvas.copy_from_bbox(self.fig.bbox)  # of every sample plot
+        encoder = PaletteCanvas(self.canvas)
+        pngs = []
+        for i in range(matrix.shape[1]):
+            values = matrix[:, i]
+            line.set_ydata(values)
+            if np.isfinite(values).any():
+                k = int(np.nanargmin(values))
+                worst.set_data([k], [values[k]])
+                _place(note, k, values[k], len(layers), f"sample {i}, lowest: {layers[k].name}, {values[k]:.5f}")
+            else:
+                worst.set_data([], [])
+                note.set_text(f"sample {i}: no finite value")
+            self._draw(background, line, worst, note)
+            pngs.append(encoder.png())
+        return pngs
 
 
 def _place(note, k: int, y: float, n: int, text: str) -> None:
     """Put an annotation just above point ``k``, on the side where there is room."""
     right = k > 0.6 * n
     note.xy = (k, y)
-    note.set_position((-8 if right else 8, 4))
+    note.set_position((-10 if right else 10, 5))
     note.set_horizontalalignment("right" if right else "left")
     note.set_text(text)
-
-
-def summary_png(report: SimilarityReport) -> bytes:
-    """Mean cosine per layer (coloured by error class), the min-max band across samples,
-    each layer's worst sample, the local cosine, and the overall worst point annotated."""
-    layers = _ordered(report)
-    matrix = cosine_matrix(report)
-    fig, ax = _layer_axes([layer.name for layer in layers])
-    x = np.arange(len(layers))
-    ax.axhline(1.0, color="0.4", lw=0.8, ls="--")
-    has = np.isfinite(matrix).any(axis=1) if matrix.size else np.zeros(len(layers), bool)
-    safe = np.where(np.isfinite(matrix), matrix, np.inf)
-    lows = np.array([safe[i].min() if has[i] else _nan(lay.cosine_min) for i, lay in enumerate(layers)])
-    highs = np.array([np.nanmax(matrix[i]) if has[i] else np.nan for i in range(len(layers))])
-    means = np.array([_nan(lay.cosine_mean) for lay in layers])
-    row_means = np.array([np.nanmean(matrix[i]) if has[i] else np.nan for i in range(len(layers))])
-    means = np.where(np.isfinite(means), means, row_means)
-    worst_sample = [
-        int(np.argmin(safe[i])) if has[i] else layer.worst_sample for i, layer in enumerate(layers)
-    ]
-    local = np.array([_nan(lay.local_cosine_mean) for lay in layers])
-    band = np.isfinite(lows) & np.isfinite(highs)
-    ax.fill_between(x, np.where(band, lows, 0), np.where(band, highs, 0), where=band, color="tab:blue", alpha=0.2,
-                    lw=0, label=f"min-max over {matrix.shape[1]} samples")  # fmt: skip
-    ax.plot(x, means, "-", lw=1, color="tab:blue", label="mean (accumulated)")
-    colours = [CLASS_COLOURS.get(_error_class(layer) or "", "0.5") for layer in layers]
-    ax.scatter(x, means, c=colours, s=14, zorder=3)
-    ax.plot(x, lows, "v", ms=3, color="0.3", label="worst sample per layer")
-    if np.isfinite(local).any():
-        ax.plot(x, local, "--", lw=0.8, color="tab:purple", label="mean (local: float input)")
-    if np.isfinite(lows).any():
-        k = int(np.nanargmin(lows))
-        ax.plot([k], [lows[k]], "v", ms=9, color="tab:red", zorder=4)
-        note = ax.annotate(
-            "", (0, 1), xytext=(8, 4), textcoords="offset points", fontsize=8, color="tab:red", zorder=5
-        )
-        _place(
-            note, k, lows[k], len(layers), f"worst: {layers[k].name}, sample {worst_sample[k]}: {lows[k]:.5f}"
-        )
-    for cls, colour in CLASS_COLOURS.items():
-        ax.scatter([], [], c=colour, s=14, label=f"error {cls}")
-    ax.set_ylim(*_ylim(lows, highs, means, local))
-    height = fig.get_figheight()
-    fig.subplots_adjust(top=1 - 0.9 / height)
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=7, ncol=4, frameon=False)
-    fig.suptitle(
-        f"cosine similarity per layer over {matrix.shape[1]} samples, quantized vs float model",
-        fontsize=10,
-        y=0.995,
-    )
-    return figure_to_png(fig, palette=True)
 
 
 # ---------------------------------------------------------------- filters

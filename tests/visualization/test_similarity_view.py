@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -239,7 +240,7 @@ def test_all_nan_sample_still_plots():
     for lay in report.layers:
         lay.cosine_per_sample[0] = math.nan
     report.layers[0].cosine_per_sample = report.layers[0].cosine_per_sample[:5]  # too short: padded
-    pngs = sim.sample_pngs(report)
+    pngs = sim.CosinePlots(report).samples()
     assert len(pngs) == SAMPLES and all(p[:4] == b"\x89PNG" for p in pngs)
     assert np.isnan(sim.cosine_matrix(report)[0, 5:]).all()
 
@@ -249,10 +250,39 @@ def test_many_layers_fit_one_readable_image():
     rng = np.random.default_rng(1)
     layers = [layer(f"model.block{i}.conv", i, 1 - np.abs(rng.normal(0, 1e-3, 4)), 30.0) for i in range(200)]
     report = SimilarityReport(samples=4, layers=layers)
-    pngs = sim.sample_pngs(report) + [sim.summary_png(report)]
+    plots = sim.CosinePlots(report)
+    pngs = plots.samples() + [plots.summary()]
     for png in pngs:
         height, width, _ = png_size(png)
         assert width <= 2000 and height <= 700
+
+
+def _rgb(png: bytes) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+
+
+def _has_colour(image: np.ndarray, colour: str, tolerance: int = 12) -> bool:
+    from matplotlib.colors import to_rgb
+
+    target = np.array(to_rgb(colour)) * 255
+    return bool((np.abs(image - target).max(axis=-1) <= tolerance).any())
+
+
+def test_summary_and_sample_plots_share_axes_but_not_their_lines():
+    plots = sim.CosinePlots(make_result().report)
+    summary = _rgb(plots.summary())
+    samples = [_rgb(png) for png in plots.samples()]
+    assert (_rgb(plots.summary()) == summary).all()  # in any order
+    assert all(s.shape == summary.shape for s in samples)  # one figure, one scale
+    # the summary's local-cosine line and error-class dots are in it, and in no sample plot
+    assert _has_colour(summary, "tab:purple") and _has_colour(summary, "tab:orange")
+    assert not any(_has_colour(s, "tab:purple") or _has_colour(s, "tab:orange") for s in samples)
+    # each sample plot draws its own line and lowest point, over the same background
+    assert all(_has_colour(s, "tab:red") for s in samples)
+    differs = [(a != b).any(axis=-1).mean() for a, b in zip(samples, samples[1:])]
+    assert all(0 < d < 0.05 for d in differs), differs
 
 
 def test_keras_and_pytorch_layouts_show_the_same_filters(tmp_path):
