@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
+from model_compression_toolkit.core.analysis import Comparison
 from model_compression_toolkit.core.metrics import SQNR_CEILING_DB
+from model_compression_toolkit.core.runner import Session, produced_graph
 from model_compression_toolkit.visualization.tensorboard import device_name
 from tests.tb import load, run_folders
 from tutorials import digits
@@ -140,6 +142,35 @@ def test_the_statistics_pass_gives_the_comparison_its_float_side(fw, trained_dig
         assert a.name == b.name  # sizes: float sums differ in the last bits, a rare value rounds the other way
         np.testing.assert_allclose(a.cosine_per_sample, b.cosine_per_sample, rtol=1e-4)
         np.testing.assert_allclose(a.local_sqnr_db or 0, b.local_sqnr_db or 0, rtol=1e-3)
+
+
+def test_the_float_side_is_kept_when_it_fits_beside_one_sample_of_the_quantized_outputs(
+    fw, trained_digits, tmp_path
+):
+    """A cap that holds the float outputs of the 20 samples but the quantized outputs of
+    only one sample: the statistics pass still keeps the float side (the data is iterated
+    once), and the quantized and local models run on one sample at a time, same report."""
+    model, x_train, _, _ = trained_digits
+    data, calls = representative_dataset(x_train, 3, 8), []
+
+    def counted():
+        calls.append(1)
+        return data()
+
+    mct.set_log_folder(tmp_path)
+    q_model, roomy = fw.ptq(model, counted)
+    plan = Comparison.of(Session(model, data, mct.core.CoreConfig(), fw.name).initial, produced_graph(q_model))
+    cap = int(20 * plan.float_bytes + 1.5 * plan.other_bytes)
+    assert plan.keeps_reference(20, cap) and plan.chunk_size(20, cap, reference=True) == 1
+    assert plan.chunk_size(20, cap) < 20  # without the kept float side it would not fit at once
+    calls.clear()
+    tight = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(similarity_memory_cap=cap))
+    _, one_by_one = fw.ptq(model, counted, tight)
+    assert len(calls) == 1 and one_by_one.similarity.samples == 20
+    for a, b in zip(roomy.similarity.layers, one_by_one.similarity.layers):
+        assert a.name == b.name
+        np.testing.assert_allclose(a.cosine_per_sample, b.cosine_per_sample, rtol=1e-5)
+        np.testing.assert_allclose(a.local_sqnr_db or 0, b.local_sqnr_db or 0, rtol=1e-4)
 
 
 @pytest.mark.parametrize("samples", [1, 33])

@@ -217,32 +217,42 @@ class Comparison:
         )
         return cls(points, local, names, _bytes_per_sample(float_graph, names), other)
 
-    def chunk_size(self, samples: int, memory_cap: int) -> int:
+    def keeps_reference(self, samples: int, memory_cap: int) -> bool:
+        """Whether the float outputs of all ``samples`` fit under ``memory_cap`` with room
+        left for one sample of the quantized or local model's outputs."""
+        return samples * self.float_bytes + self.other_bytes <= memory_cap
+
+    def chunk_size(self, samples: int, memory_cap: int, reference: bool = False) -> int:
         """Samples per chunk so that the outputs held at once stay under ``memory_cap``:
-        the float ones and one model's."""
+        the float ones of the chunk and one model's; with ``reference``, the float ones of
+        all the samples (kept by the statistics pass) and one model's on the chunk."""
+        if reference:
+            return chunk_size(self.other_bytes, samples, int(memory_cap - samples * self.float_bytes))
         return chunk_size(self.float_bytes + self.other_bytes, samples, memory_cap)
 
 
 def float_chunks(
     backend: Backend,
     float_graph: Graph,
-    names: list[str],
+    plan: Comparison,
     data: RepresentativeData,
     samples: int,
-    chunk: int,
+    memory_cap: int,
     reference: FloatReference | None = None,
 ) -> Iterator[Chunk]:
-    """(inputs, float outputs at ``names``) for the first ``samples`` samples of the data.
+    """(inputs, float outputs at ``plan.float_names``) for the first ``samples`` samples,
+    in chunks that keep the outputs held at once under ``memory_cap`` (`Comparison.chunk_size`).
 
     From ``reference`` when it holds them (no float pass at all), else from a float pass
-    over a fresh iteration of the data, ``chunk`` samples at a time.
+    over a fresh iteration of the data.
     """
+    names = plan.float_names
     if reference is not None and reference.covers(names, samples):
-        yield from reference.chunks(samples)
+        yield from reference.chunks(samples, plan.chunk_size(samples, memory_cap, reference=True))
         return
     model = backend.build(float_graph, quantized=False, extra_outputs=names)
     skip = len(float_graph.outputs)
-    for inputs in sample_chunks(data.samples(samples), chunk):
+    for inputs in sample_chunks(data.samples(samples), plan.chunk_size(samples, memory_cap)):
         yield inputs, dict(zip(names, backend.run(model, inputs)[skip:]))
 
 
@@ -289,9 +299,7 @@ def analyze(
         local_weights = None if weights is None else {n + LOCAL_SUFFIX: weights[n] for n in weights}
         local_model = backend.build(local.graph, quantized=True, weights=local_weights)
     local_names = [name for name, _ in local.graph.outputs]
-    chunks = float_chunks(
-        backend, float_graph, plan.float_names, data, samples, plan.chunk_size(samples, memory_cap), reference
-    )
+    chunks = float_chunks(backend, float_graph, plan, data, samples, memory_cap, reference)
     covered = reference is not None and reference.covers(plan.float_names, samples)
     float_histograms = reference.histograms_of(samples) if covered else {}
     accumulators = [

@@ -343,10 +343,10 @@ def measure_sensitivities(
     if first.graph.outputs:
         models = {b: backend.build(lg.graph, quantized=True) for b, lg in locals_.items()}
         out_names = [name for name, _ in first.graph.outputs]
-        chunk = plan.chunk_size(n_samples, cfg.debug_config.similarity_memory_cap)
         chunks = float_chunks(
-            backend, session.initial, plan.float_names, session.data, n_samples, chunk, session.reference
-        )
+            backend, session.initial, plan, session.data, n_samples, cfg.debug_config.similarity_memory_cap,
+            session.reference,
+        )  # fmt: skip
         for data, f_out in chunks:
             feeds = [f_out[ref] if kind == "float" else data[ref] for kind, ref in first.feeds]
             signal = {p.name: _power(f_out[p.reference]) for p in points if p.local}

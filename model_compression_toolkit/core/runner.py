@@ -205,8 +205,8 @@ class Session:
         if samples <= 0:
             return None
         plan = Comparison.of(self.initial, graph)
-        if plan.chunk_size(samples, self.config.debug_config.similarity_memory_cap) < samples:
-            return None  # more than the cap at once: the comparison runs the float model in chunks
+        if not plan.keeps_reference(samples, self.config.debug_config.similarity_memory_cap):
+            return None  # over the cap: the comparison runs the float model again, in chunks
         return FloatReference(plan.float_names, samples)
 
     def _collect(

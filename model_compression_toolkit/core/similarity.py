@@ -211,16 +211,22 @@ class FloatReference:
         """Whether the first ``samples`` samples of the data and the outputs ``names`` are all here."""
         return samples <= self.wanted and set(names) <= set(self.names)
 
-    def chunks(self, samples: int) -> Iterator[Chunk]:
-        """The kept batches, cut after the first ``samples`` samples."""
+    def chunks(self, samples: int, chunk: int | None = None) -> Iterator[Chunk]:
+        """The kept batches, cut after the first ``samples`` samples and into pieces of at
+        most ``chunk`` samples (views: nothing is copied). A batch holding an output without
+        a batch axis is yielded whole, as that output's value is over the whole batch."""
         left = samples
         for inputs, outputs in self._chunks:
             if left <= 0:
                 return
             batch = len(inputs[0])
             take = min(left, batch)
-            cut = {n: v[:take] if has_batch_axis(v, batch) else v for n, v in outputs.items()}
-            yield [a[:take] for a in inputs], cut
+            whole = not all(has_batch_axis(v, batch) for v in outputs.values())
+            step = take if whole or not chunk else max(1, int(chunk))
+            for start in range(0, take, step):
+                end = min(start + step, take)
+                cut = {n: v[start:end] if has_batch_axis(v, batch) else v for n, v in outputs.items()}
+                yield [a[start:end] for a in inputs], cut
             left -= take
 
 
