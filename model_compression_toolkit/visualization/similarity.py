@@ -31,12 +31,12 @@ from model_compression_toolkit.visualization.event_file import RunWriter
 from model_compression_toolkit.visualization.tensorboard import (
     PaletteCanvas,
     canvas_png,
-    figure_to_png,
     histogram_proto,
 )
 
 DPI = 90
 MAX_FILTERS = 64
+FILTER_PANEL_PX = 280  # about the width of one panel of filters
 FILTER_LAYERS = 2
 MAX_LABEL_CHARS = 28
 CLASS_COLOURS = {"low": "tab:green", "medium": "tab:orange", "high": "tab:red"}
@@ -345,7 +345,11 @@ def tile_grid(tiles: np.ndarray) -> np.ndarray:
 
 def filters_png(node: Node, max_filters: int = MAX_FILTERS) -> bytes:
     """Float filters beside their quantized version; each filter pair is scaled by the
-    float filter's max |w|, so rounding and clipping show as colour changes."""
+    float filter's max |w|, so rounding and clipping show as colour changes.
+
+    Each weight is a square of whole pixels (`figimage`, no resampling), so every filter
+    and every gap between filters has the same size; only the titles are drawn as text.
+    """
     kernel = np.nan_to_num(np.asarray(node.weights["kernel"], dtype=np.float64), posinf=0.0, neginf=0.0)
     out_axes = tuple(node.kernel_axes.get("kernel", (0,)))
     wq = node.quant.weights.get("kernel")
@@ -360,19 +364,28 @@ def filters_png(node: Node, max_filters: int = MAX_FILTERS) -> bytes:
     total = panels[0][1].shape[0]
     scale = np.max(np.abs(panels[0][1][:max_filters]), axis=(1, 2), keepdims=True)
     scale = np.where(scale > 0, scale, 1.0)
-    fig = Figure(figsize=(3.4 * len(panels), 3.9), dpi=DPI)
-    FigureCanvasAgg(fig)
     cmap = _diverging()
-    for i, (title, tiles) in enumerate(panels):
-        ax = fig.add_subplot(1, len(panels), i + 1)
-        ax.imshow(tile_grid(tiles[:max_filters] / scale), cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
-        ax.set_title(title, fontsize=8)
-        ax.set_axis_off()
+    images = [cmap((tile_grid(tiles[:max_filters] / scale) + 1) / 2, bytes=True) for _, tiles in panels]
+    rows, cols = images[0].shape[:2]
+    zoom = max(1, FILTER_PANEL_PX // max(rows, cols))
+    images = [np.repeat(np.repeat(image, zoom, axis=0), zoom, axis=1) for image in images]
+    panel_w, panel_h = cols * zoom, rows * zoom
+    margin, header, label = 12, 44, 20  # pixels: border, the two title lines, a panel's title
+    width = max(2 * margin + len(images) * panel_w + (len(images) - 1) * 2 * margin, 320)
+    height = header + label + panel_h + margin
+    fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
+    canvas = FigureCanvasAgg(fig)
     shown = min(total, max_filters)
-    fig.suptitle(f"{_short(node.name)}: {shown} of {total} filters, input channel 0\n"
-                 "each filter scaled by its float max |w|", fontsize=8)  # fmt: skip
-    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.82, wspace=0.05)
-    return figure_to_png(fig, palette=True)  # a 256-colour map, drawn nearest: the palette loses nothing
+    fig.text(0.5, 1 - 6 / height, f"{_short(node.name)}: {shown} of {total} filters, input channel 0\n"
+             "each filter scaled by its float max |w|", ha="center", va="top", fontsize=8)  # fmt: skip
+    left = (width - len(images) * panel_w - (len(images) - 1) * 2 * margin) // 2
+    for i, ((title, _), image) in enumerate(zip(panels, images)):
+        x = left + i * (panel_w + 2 * margin)
+        fig.figimage(image, xo=x, yo=margin, origin="upper")
+        fig.text((x + panel_w / 2) / width, (margin + panel_h + 4) / height, title, ha="center", va="bottom",
+                 fontsize=8)  # fmt: skip
+    canvas.draw()
+    return canvas_png(canvas)  # a 256-colour map and black text: the palette loses nothing
 
 
 def _diverging():

@@ -348,19 +348,9 @@ def finite_values(values: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- figures and text
-def figure_to_png(fig: Any, dpi: float | None = None, palette: bool = False) -> bytes:
-    """Render a matplotlib figure to PNG bytes with the Agg renderer, then close it.
-
-    ``palette``: store a line plot with a 256-colour palette (see `canvas_png`); the
-    figure is drawn at its own dpi then.
-    """
+def figure_to_png(fig: Any, dpi: float | None = None) -> bytes:
+    """Render a matplotlib figure to PNG bytes with the Agg renderer, then close it."""
     try:
-        if palette:
-            from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-            canvas = FigureCanvasAgg(fig)
-            canvas.draw()
-            return canvas_png(canvas)
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=dpi)
         return buf.getvalue()

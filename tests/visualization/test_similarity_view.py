@@ -313,6 +313,28 @@ def test_keras_and_pytorch_layouts_show_the_same_filters(tmp_path):
     assert width > height > 150
 
 
+def test_every_weight_of_a_filter_is_a_square_of_the_same_size():
+    """No resampling: filters and the gaps between them keep their proportions, so a 3x3
+    filter does not look wider than its neighbour."""
+    from PIL import Image
+
+    kernel = np.ones((4, 1, 2, 2), np.float32)  # 2 x 2 filters of 2 x 2: a 5 x 5 grid with a gap cross
+    node = Node("c", OpKind.CONV, "Conv2d", weights={"kernel": kernel}, kernel_axes={"kernel": (0,)},
+                quant=kernel_quant(kernel, 0))  # fmt: skip
+    image = np.asarray(Image.open(io.BytesIO(sim.filters_png(node))).convert("RGB")).astype(int)
+    gap = np.array(sim._diverging().get_bad()[:3]) * 255
+    positive = np.array(sim._diverging()(1.0)[:3]) * 255
+    is_gap = (np.abs(image - gap) <= 1).all(axis=2)
+    is_positive = (np.abs(image - positive) <= 1).all(axis=2)
+    zoom = sim.FILTER_PANEL_PX // 5
+    for panel in np.array_split(np.arange(image.shape[1]), 2):  # float | quantized, both all +1
+        rows, cols = (np.flatnonzero(is_positive[:, panel].any(axis=a)) for a in (1, 0))
+        assert rows.size == cols.size == 4 * zoom  # two filters of two weights each way
+        box = np.ix_(np.arange(rows[0], rows[-1] + 1), panel[cols[0] : cols[-1] + 1])
+        assert box[0].size == box[1].size == 5 * zoom  # and one gap between them
+        assert [int(is_positive[box].sum()), int(is_gap[box].sum())] == [16 * zoom**2, 9 * zoom**2]
+
+
 def test_filters_without_grid_show_float_only_and_stop_at_two_convs():
     g = make_graph()
     g.add_node(conv_node("conv3", (4, 16, 3, 3), 0, 4))
