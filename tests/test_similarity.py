@@ -115,17 +115,24 @@ def test_small_memory_cap_gives_the_same_report_in_chunks(fw, trained_digits, tm
         np.testing.assert_allclose(a.cosine_per_sample[:7], b.cosine_per_sample, rtol=1e-6, atol=1e-9)
 
 
-def test_the_statistics_pass_gives_the_comparison_its_float_side(fw, trained_digits, tmp_path):
-    """The float model runs once over the data: the comparison reuses the first samples'
-    float outputs. When they do not fit under the memory cap at once, the float model
-    runs again, chunk by chunk, over a second iteration of the data, with the same result."""
-    model, x_train, _, _ = trained_digits
-    data, calls = representative_dataset(x_train, 3, 8), []
+def counting(data):
+    """``data``, and a list that grows by one each time it is iterated."""
+    calls = []
 
     def counted():
         calls.append(1)
         return data()
 
+    return counted, calls
+
+
+def test_the_statistics_pass_gives_the_comparison_its_float_side(fw, trained_digits, tmp_path):
+    """The float model runs once over the data: the comparison reuses the first samples'
+    float outputs. When they do not fit under the memory cap at once, the float model
+    runs again, chunk by chunk, over a second iteration of the data, with the same result."""
+    model, x_train, _, _ = trained_digits
+    data = representative_dataset(x_train, 3, 8)
+    counted, calls = counting(data)
     mct.set_log_folder(tmp_path)
     _, kept = fw.ptq(model, counted)
     assert len(calls) == 1 and kept.similarity.samples == 20
@@ -151,12 +158,8 @@ def test_the_float_side_is_kept_when_it_fits_beside_one_sample_of_the_quantized_
     only one sample: the statistics pass still keeps the float side (the data is iterated
     once), and the quantized and local models run on one sample at a time, same report."""
     model, x_train, _, _ = trained_digits
-    data, calls = representative_dataset(x_train, 3, 8), []
-
-    def counted():
-        calls.append(1)
-        return data()
-
+    data = representative_dataset(x_train, 3, 8)
+    counted, calls = counting(data)
     mct.set_log_folder(tmp_path)
     q_model, roomy = fw.ptq(model, counted)
     plan = Comparison.of(Session(model, data, mct.core.CoreConfig(), fw.name).initial, produced_graph(q_model))

@@ -316,12 +316,10 @@ def test_keras_and_pytorch_layouts_show_the_same_filters(tmp_path):
 def test_every_weight_of_a_filter_is_a_square_of_the_same_size():
     """No resampling: filters and the gaps between them keep their proportions, so a 3x3
     filter does not look wider than its neighbour."""
-    from PIL import Image
-
     kernel = np.ones((4, 1, 2, 2), np.float32)  # 2 x 2 filters of 2 x 2: a 5 x 5 grid with a gap cross
     node = Node("c", OpKind.CONV, "Conv2d", weights={"kernel": kernel}, kernel_axes={"kernel": (0,)},
                 quant=kernel_quant(kernel, 0))  # fmt: skip
-    image = np.asarray(Image.open(io.BytesIO(sim.filters_png(node))).convert("RGB")).astype(int)
+    image = _rgb(sim.filters_png(node))
     gap = np.array(sim._diverging().get_bad()[:3]) * 255
     positive = np.array(sim._diverging()(1.0)[:3]) * 255
     is_gap = (np.abs(image - gap) <= 1).all(axis=2)
