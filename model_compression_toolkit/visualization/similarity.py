@@ -367,14 +367,14 @@ def filters_png(node: Node, max_filters: int = MAX_FILTERS) -> bytes:
     images = [np.repeat(np.repeat(image, zoom, axis=0), zoom, axis=1) for image in images]
     panel_w, panel_h = cols * zoom, rows * zoom
     margin, header, label = 12, 44, 20  # pixels: border, the two title lines, a panel's title
-    width = max(2 * margin + len(images) * panel_w + (len(images) - 1) * 2 * margin, 320)
-    height = header + label + panel_h + margin
+    panels_w = len(images) * panel_w + (len(images) - 1) * 2 * margin
+    width, height = max(panels_w + 2 * margin, 320), header + label + panel_h + margin
     fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
     canvas = FigureCanvasAgg(fig)
     shown = min(total, max_filters)
     fig.text(0.5, 1 - 6 / height, f"{_short(node.name)}: {shown} of {total} filters, input channel 0\n"
              "each filter scaled by its float max |w|", ha="center", va="top", fontsize=8)  # fmt: skip
-    left = (width - len(images) * panel_w - (len(images) - 1) * 2 * margin) // 2
+    left = (width - panels_w) // 2
     for i, ((title, _), image) in enumerate(zip(panels, images)):
         x = left + i * (panel_w + 2 * margin)
         fig.figimage(image, xo=x, yo=margin, origin="upper")
