@@ -8,7 +8,8 @@ Functional or Sequential model called inside the model is flattened into its lay
 named after it (``inner/conv1``). A node's inputs are the Keras tensors in its call
 arguments, flattened in order; ``node.payload`` keeps the layer class, its config and the
 call arguments with each input replaced by a `Slot`, which is all the builder needs.
-The user's model is only read (an unbuilt Sequential model is built on the sample shape).
+The user's model is only read: an unbuilt Sequential model, which has no weights yet, is
+refused rather than built.
 """
 
 from __future__ import annotations
@@ -62,8 +63,13 @@ def functional_config(model: Any, sample_inputs: Sequence[np.ndarray] = ()) -> t
     outputs)``, which shares its layers and leaves them as they are.
     """
     if isinstance(model, keras.Sequential):
-        if not model.built and len(sample_inputs) == 1:
-            model.build((None, *np.shape(sample_inputs[0])[1:]))
+        if not model.built:  # building it here would give the user's model random weights
+            shapes = [(None, *np.shape(x)[1:]) for x in sample_inputs]
+            raise ModelReadError(
+                f"expected a built model, one with weights to quantize; Sequential model {model.name!r} "
+                "is not built yet, so it has none. Train it, or build it first: "
+                f"model.build({shapes[0] if len(shapes) == 1 else 'input_shape'})."
+            )
         try:
             view = keras.Model(model.inputs, model.outputs, name=model.name)
         except (AttributeError, ValueError) as e:

@@ -253,9 +253,18 @@ def test_unknown_layer_is_kept_and_named_in_warnings():
     assert len(warnings) == 1 and "scale" in warnings[0] and "ChannelScale" in warnings[0]
 
 
-def test_unbuilt_sequential_is_built_on_the_sample():
+def test_unbuilt_sequential_is_refused_left_unbuilt_and_read_once_built():
+    """An unbuilt Sequential has no weights: building it would give the user's model random
+    ones. The error says how to build it, and the model is left as it was."""
+    import model_compression_toolkit as mct
+
     model = keras.Sequential([L.Dense(3, name="d"), L.ReLU(name="r")])
-    roundtrip(model, [batch(5)])
+    x = batch(5)
+    with pytest.raises(ModelReadError, match=r"not built yet.*model\.build\(\(None, 5\)\)"):
+        mct.ptq.keras_post_training_quantization(model, lambda: iter([[x]]))
+    assert not model.built and not model.weights
+    model.build((None, 5))  # the way out the message gives
+    roundtrip(model, [x])
 
 
 def test_folded_batch_norm_and_removed_dropout_build():
