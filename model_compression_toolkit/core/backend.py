@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from model_compression_toolkit.core.graph import Graph
+from model_compression_toolkit.core.graph import Graph, OpKind
 from model_compression_toolkit.errors import UnsupportedFrameworkError
 
 
@@ -108,3 +108,27 @@ def get_backend(model: Any, expected: str | None = None) -> Backend:
         expected or "", "a torch.nn.Module or a keras.Model"
     )
     raise UnsupportedFrameworkError(f"expected {want}; got {type(model).__module__}.{type(model).__name__}")
+
+
+def unsupported_warnings(graph: Graph, shown: int = 5) -> list[str]:
+    """One warning per unsupported layer type, naming its layers (the first ``shown`` of them).
+
+    ConvNeXt's 18 ``LayerScale`` modules give one line, not 18; every name is still in
+    ``info.unsupported_layers``.
+    """
+    by_type: dict[str, list[str]] = {}
+    for node in graph.nodes():
+        if node.kind == OpKind.UNKNOWN:
+            by_type.setdefault(node.layer_type, []).append(node.name)
+    messages = []
+    for layer_type, names in by_type.items():
+        if len(names) == 1:
+            messages.append(f"{names[0]!r} ({layer_type}) is not supported: kept in float and passed through unchanged")
+            continue
+        listed = ", ".join(repr(n) for n in names[:shown])
+        more = f" and {len(names) - shown} more (all in info.unsupported_layers)" if len(names) > shown else ""
+        messages.append(
+            f"{layer_type} is not supported: its {len(names)} layers {listed}{more} are kept in float "
+            "and passed through unchanged"
+        )
+    return messages

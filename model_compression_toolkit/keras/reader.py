@@ -21,6 +21,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from model_compression_toolkit.core.backend import unsupported_warnings
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError
 from model_compression_toolkit.keras import ops
@@ -43,13 +44,8 @@ def read(model: Any, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, list[s
     reader = _Reader(graph)
     graph.outputs = reader.expand(view, config, "", None)
     reader.infer_shapes(sample_inputs)
-    warnings = [
-        f"{n.name}: {n.layer_type} is not supported; kept in float and passed through unchanged"
-        for n in graph.nodes()
-        if n.kind == OpKind.UNKNOWN
-    ]
     graph.validate()
-    return graph, warnings
+    return graph, unsupported_warnings(graph)
 
 
 def is_functional(obj: Any) -> bool:

@@ -21,6 +21,7 @@ import torch
 from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
+from model_compression_toolkit.core.backend import unsupported_warnings
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError
 from model_compression_toolkit.pytorch import ops
@@ -45,9 +46,9 @@ def read(model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, 
         raise ModelReadError(f"expected a torch.nn.Module; got {type(model).__name__}")
     gm = _trace(_private_copy(model))
     shapes = _propagate(gm, sample_inputs, type(model).__name__)
-    graph, warnings = _to_graph(gm, shapes, type(model).__name__)
+    graph = _to_graph(gm, shapes, type(model).__name__)
     graph.validate()
-    return graph, warnings
+    return graph, unsupported_warnings(graph)
 
 
 def _private_copy(model: nn.Module) -> nn.Module:
@@ -180,11 +181,10 @@ def _node_names(gm: fx.GraphModule) -> dict[str, str]:
     return names
 
 
-def _to_graph(gm: fx.GraphModule, shapes: dict[str, list[tuple]], name: str) -> tuple[Graph, list[str]]:
+def _to_graph(gm: fx.GraphModule, shapes: dict[str, list[tuple]], name: str) -> Graph:
     graph = Graph(name, "pytorch")
     names = _node_names(gm)
     modules = dict(gm.named_modules())
-    warnings: list[str] = []
     for n in gm.graph.nodes:
         inputs: list[fx.Node] = []
 
@@ -216,11 +216,7 @@ def _to_graph(gm: fx.GraphModule, shapes: dict[str, list[tuple]], name: str) -> 
             graph.add_edge(names[x.name], node.name, 0, i)
         if n.op == "placeholder":
             graph.inputs.append(node.name)
-        if node.kind == OpKind.UNKNOWN:
-            warnings.append(
-                f"{node.name!r} ({node.layer_type}) is not supported: kept in float and passed through unchanged"
-            )
-    return graph, warnings
+    return graph
 
 
 def _first_shape(node: Node) -> tuple:

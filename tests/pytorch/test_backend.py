@@ -255,6 +255,30 @@ def test_unsupported_ops_are_kept_and_named_in_the_warnings():
     _assert_same(BACKEND.run(model, sample), BACKEND.run(BACKEND.build(graph, quantized=True), sample))
 
 
+def test_unsupported_layers_of_one_type_give_one_warning_naming_them(recwarn):
+    """Seven PixelShuffle modules and an erf: two warnings, not eight; the first names
+    five shuffles and says how many more there are; info lists all eight layers."""
+    import model_compression_toolkit as mct
+
+    class Shuffles(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 1)
+            self.shuffles = nn.Sequential(*(nn.PixelShuffle(1) for _ in range(7)))
+
+        def forward(self, x):
+            return torch.erf(self.shuffles(self.conv(x)))
+
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    _, info = mct.ptq.pytorch_post_training_quantization(Shuffles(), lambda: iter([[x]]))
+    shown = [str(w.message) for w in recwarn if "not supported" in str(w.message)]
+    assert info.warnings == shown and len(shown) == 2, shown
+    grouped = "PixelShuffle is not supported: its 7 layers 'shuffles.0', 'shuffles.1', 'shuffles.2', "
+    assert shown[0].startswith(grouped + "'shuffles.3', 'shuffles.4' and 2 more (all in info.unsupported_layers)")
+    assert shown[1] == "'erf' (erf) is not supported: kept in float and passed through unchanged"
+    assert info.unsupported_layers == [f"shuffles.{i}" for i in range(7)] + ["erf"]
+
+
 def test_untraceable_model_raises_model_read_error_quoting_fx():
     class DataDependent(nn.Module):
         def forward(self, x):
