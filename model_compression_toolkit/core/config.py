@@ -80,6 +80,9 @@ class QuantizationConfig:
         weights_per_channel: one threshold per output channel (else one per tensor).
         l_p_value: the p of ``QuantizationErrorMethod.LP``.
         histogram_bins: bins of the activation histograms collected.
+        weights_bias_correction: correct the bias of each layer with quantized weights
+            for the mean shift the quantized kernel causes, ``(Wq - W) * mean(input)``,
+            as MCT does by default (see `core.bias_correction`).
     """
 
     weights_n_bits: int = 8
@@ -91,8 +94,13 @@ class QuantizationConfig:
     weights_per_channel: bool = True
     l_p_value: float = 2.0
     histogram_bins: int = 2048
+    weights_bias_correction: bool = True
 
     def validate(self) -> None:
+        if not isinstance(self.weights_bias_correction, bool):
+            raise ConfigurationError(
+                f"weights_bias_correction must be True or False; got {self.weights_bias_correction!r}"
+            )
         _check_bits("weights_n_bits", self.weights_n_bits)
         _check_bits("activation_n_bits", self.activation_n_bits)
         _check_enum("weights_quantization_method", self.weights_quantization_method, QuantizationMethod)

@@ -77,6 +77,10 @@ class Node:
             ``gamma``, ``beta``, ``mean``, ``variance``).
         kernel_axes: for each quantizable weight, the axes of its output channels
             (``{"kernel": (0,)}`` for a PyTorch conv, ``{"kernel": (3,)}`` for Keras).
+        kernel_in_axis: for each quantizable weight, the axis of its input channels
+            (``{"kernel": 1}`` for a PyTorch conv or linear, ``{"kernel": 2}`` for a Keras
+            Conv2D or DepthwiseConv2D, ``{"kernel": 0}`` for a Keras Dense); bias correction
+            needs it, and leaves layers without it alone.
         input_shapes / output_shapes: with None for the batch dimension.
         channel_axis: the channel axis of the output activation (1 NCHW, -1 NHWC).
         fused_activation: a non-linearity the layer applies itself (Keras
@@ -93,6 +97,7 @@ class Node:
     attrs: dict[str, Any] = field(default_factory=dict)
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     kernel_axes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    kernel_in_axis: dict[str, int] = field(default_factory=dict)
     input_shapes: list[Shape] = field(default_factory=list)
     output_shapes: list[Shape] = field(default_factory=list)
     channel_axis: int | None = None
@@ -277,6 +282,7 @@ class Graph:
                     attrs=dict(node.attrs),
                     weights=dict(node.weights),
                     kernel_axes=dict(node.kernel_axes),
+                    kernel_in_axis=dict(node.kernel_in_axis),
                     input_shapes=list(node.input_shapes),
                     output_shapes=list(node.output_shapes),
                     origin=list(node.origin),

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from model_compression_toolkit.core.bias_correction import corrected_bias
 from model_compression_toolkit.core.quant_config import QuantGrid
 
 if TYPE_CHECKING:
@@ -114,12 +115,17 @@ def channel_view(w: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
 def node_weight(
     node: Node, name: str, quantized: bool, known: Mapping[str, Mapping[str, np.ndarray]] | None = None
 ) -> np.ndarray:
-    """The node's weight ``name``, fake-quantized on its grid when ``quantized``.
+    """The node's weight ``name`` as the model uses it: fake-quantized on its grid when
+    ``quantized``, and, for a bias-corrected layer's bias, corrected for its kernel's grid.
 
     ``known`` (node -> weight name -> array) holds quantized weights already computed;
     one found there is used as is.
     """
     value = node.weights[name]
+    if quantized and name == "bias" and node.quant.input_mean is not None:
+        if known is not None and node.name in known and name in known[node.name]:
+            return known[node.name][name]
+        return corrected_bias(node, node_weight(node, "kernel", True, known))
     cfg = node.quant.weights.get(name) if quantized else None
     if cfg is None or cfg.grid is None:
         return value

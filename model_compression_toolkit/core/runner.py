@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from model_compression_toolkit.core.analysis import Comparison, SimilarityResult, analyze
 from model_compression_toolkit.core.backend import get_backend
+from model_compression_toolkit.core.bias_correction import corrected_bias, set_input_means
 from model_compression_toolkit.core.config import CoreConfig, DebugConfig, KeepFloat, ResourceUtilization
 from model_compression_toolkit.core.data import RepresentativeData
 from model_compression_toolkit.core.graph import Graph
@@ -91,11 +92,14 @@ class QuantizedWeights(Mapping):
             if name not in self._names:
                 raise KeyError(name)
             node = self._graph.node(name)
-            self._values[name] = {
+            values = {
                 w: fake_quant(node.weights[w], c.grid, c.channel_axes)
                 for w, c in node.quant.weights.items()
                 if c.grid is not None
             }
+            if node.quant.input_mean is not None and "kernel" in values:
+                values["bias"] = corrected_bias(node, values["kernel"])
+            self._values[name] = values
         return self._values[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -261,7 +265,13 @@ class Session:
         return stats, recorder
 
     def select_thresholds(self, graph: Graph) -> None:
-        select_thresholds(graph, self.statistics(graph), self.config.quantization_config.l_p_value)
+        """Choose every grid; with ``weights_bias_correction``, also give each layer the
+        input means its quantized bias is corrected with."""
+        qc = self.config.quantization_config
+        stats = self.statistics(graph)
+        select_thresholds(graph, stats, qc.l_p_value)
+        if qc.weights_bias_correction:
+            set_input_means(graph, stats)
 
     def build(self, graph: Graph, weights: QuantizedWeights | None = None) -> Any:
         q_model = self.backend.build(graph, quantized=True, weights=weights)

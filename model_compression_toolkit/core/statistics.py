@@ -26,6 +26,9 @@ class NodeStatistics:
         min / max: of all finite values.
         min_per_channel / max_per_channel / mean_per_channel: along the channel axis.
         nonfinite: number of NaN/inf values skipped.
+        mean_per_feature: for a (batch, features) output, which counts as one channel above,
+            the mean of each feature (what bias correction needs of a dense layer's input);
+            None for other outputs.
     """
 
     counts: np.ndarray
@@ -39,6 +42,7 @@ class NodeStatistics:
     max_per_channel: np.ndarray
     mean_per_channel: np.ndarray
     nonfinite: int = 0
+    mean_per_feature: np.ndarray | None = None
 
 
 _CHUNK = 1 << 16  # values per histogram step: the float64 buffers stay in cache
@@ -78,6 +82,8 @@ class StatisticsCollector:
         self._ch_max: np.ndarray | None = None
         self._ch_sum: np.ndarray | None = None
         self._ch_count: np.ndarray | None = None
+        self._feature_sum: np.ndarray | None = None  # (batch, features) outputs only
+        self._feature_count: np.ndarray | None = None
 
     # ----------------------------------------------------------------- public
     def update(self, x: np.ndarray) -> None:
@@ -85,6 +91,8 @@ class StatisticsCollector:
         x = _floating(np.asarray(x))
         if x.size == 0:
             return
+        if x.ndim == 2:
+            self._add_features(x)
         xc = self._channel_view(x)
         rows = xc.reshape(xc.shape[0], xc.shape[1]) if xc.shape[2] == 1 else None
         with np.errstate(invalid="ignore", over="ignore"):  # non-finite sums are handled below
@@ -156,6 +164,10 @@ class StatisticsCollector:
                 ch_mean = np.where(seen, self._ch_sum / self._ch_count, np.nan)
             ch_min = np.where(seen, self._ch_min, np.nan)
             ch_max = np.where(seen, self._ch_max, np.nan)
+        features = None
+        if self._feature_sum is not None:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                features = np.where(self._feature_count > 0, self._feature_sum / self._feature_count, np.nan)
         return NodeStatistics(
             counts=self._counts.copy(),
             edges=edges,
@@ -168,7 +180,17 @@ class StatisticsCollector:
             max_per_channel=ch_max,
             mean_per_channel=ch_mean,
             nonfinite=self._nonfinite,
+            mean_per_feature=features,
         )
+
+    def _add_features(self, x: np.ndarray) -> None:
+        finite = np.isfinite(x)
+        total = np.where(finite, x, 0).sum(axis=0, dtype=np.float64)
+        count = finite.sum(axis=0)
+        if self._feature_sum is None:
+            self._feature_sum, self._feature_count = np.zeros_like(total), np.zeros(total.shape, np.int64)
+        self._feature_sum += total
+        self._feature_count += count
 
     # ---------------------------------------------------------------- helpers
     def _channel_view(self, x: np.ndarray) -> np.ndarray:

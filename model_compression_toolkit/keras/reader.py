@@ -237,6 +237,7 @@ class _Reader:
             attrs=attrs,
             weights=weights,
             kernel_axes=ops.kernel_axes(kind, class_name, weights),
+            kernel_in_axis=ops.kernel_in_axis(kind, class_name, weights),
             fused_activation=None
             if kind in (OpKind.ACTIVATION, OpKind.SOFTMAX)
             else ops.fused_activation(config),

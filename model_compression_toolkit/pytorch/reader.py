@@ -267,6 +267,7 @@ def _module_node(name: str, module: nn.Module, payload: dict) -> Node:
         attrs["function"] = function
     weights: dict[str, np.ndarray] = {}
     kernel_axes: dict[str, tuple[int, ...]] = {}
+    kernel_in_axis: dict[str, int] = {}
     if kind in ops.WEIGHT_NAMES:
         for neutral, torch_name in ops.WEIGHT_NAMES[kind].items():
             value = getattr(module, torch_name, None)
@@ -280,10 +281,11 @@ def _module_node(name: str, module: nn.Module, payload: dict) -> Node:
     if kind in (OpKind.BATCH_NORM, OpKind.LAYER_NORM):
         attrs["epsilon"] = float(module.eps)
     if kind in (OpKind.CONV, OpKind.DENSE):
-        kernel_axes = {"kernel": (0,)}
+        kernel_axes, kernel_in_axis = {"kernel": (0,)}, {"kernel": 1}  # (out, in / groups, *kernel size)
     elif kind == OpKind.CONV_TRANSPOSE:
         kernel_axes = {"kernel": (1,) if module.groups == 1 else ()}
     layer_type = type(module).__name__
     return Node(
-        name, kind, layer_type, attrs=attrs, weights=weights, kernel_axes=kernel_axes, payload=payload
-    )
+        name, kind, layer_type, attrs=attrs, weights=weights, kernel_axes=kernel_axes,
+        kernel_in_axis=kernel_in_axis, payload=payload,
+    )  # fmt: skip

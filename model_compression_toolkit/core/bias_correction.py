@@ -1,0 +1,149 @@
+"""Bias correction: the mean shift that quantizing a layer's kernel causes, taken out of its bias.
+
+A layer computes ``y = W x + b``; quantized, ``Wq x + b``. On average over the data the
+output moves by ``E[Wq x] - E[W x] = (Wq - W) E[x]``, the same for every sample, so
+subtracting it from the bias gives the quantized layer the float layer's mean output::
+
+    b' = b - sum over input channels and kernel positions of (Wq - W) * mean(x)
+
+``mean(x)`` is the float input's mean per channel, from the statistics pass (the
+statistics of the node feeding the layer). This is MCT's ``weights_bias_correction``
+and the empirical bias correction of Nagel et al., "Data-Free Quantization Through
+Weight Equalization and Bias Correction" (ICCV 2019). For a convolution the sum runs
+over the kernel positions, which assumes every position sees the mean (padding at
+the borders does not).
+
+The correction depends on the kernel's grid, so it is not stored: a node keeps only
+``quant.input_mean`` and the corrected bias is computed wherever the quantized bias is
+read (`quantizers.node_weight`), with whatever bit-width the node has at that moment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from model_compression_toolkit.core.graph import Graph, Node, OpKind
+from model_compression_toolkit.core.statistics import NodeStatistics
+
+# Ops between a layer and the node whose statistics describe its input: they move values
+# without changing them, so the mean of each channel carries over (a flatten of 1x1 maps).
+_PASS_THROUGH = frozenset({OpKind.RESHAPE, OpKind.DROPOUT, OpKind.IDENTITY})
+
+
+def set_input_means(graph: Graph, stats: Mapping[str, NodeStatistics]) -> list[str]:
+    """Give every layer with a quantized kernel the float mean of its input, per channel.
+
+    A layer is left uncorrected (``quant.input_mean`` None) when its backend did not say
+    which kernel axis runs over the input channels, or when no statistics describe its
+    input channel by channel. A corrected layer without a bias gets a zero one, so that
+    the quantized model has somewhere to put the correction.
+
+    Returns:
+        The names of the corrected layers.
+    """
+    corrected = []
+    for node in graph.nodes():
+        node.quant.input_mean = None
+        cfg = node.quant.weights.get("kernel")
+        if cfg is None or "kernel" not in node.kernel_in_axis:
+            continue
+        mean = _input_mean(graph, node, stats)
+        if mean is None:
+            continue
+        node.quant.input_mean = mean
+        if "bias" not in node.weights:
+            node.weights["bias"] = np.zeros(_out_channels(node), node.weights["kernel"].dtype)
+        corrected.append(node.name)
+    return corrected
+
+
+def corrected_bias(node: Node, quantized_kernel: np.ndarray) -> np.ndarray:
+    """The bias that gives ``node``, with ``quantized_kernel``, the float layer's mean output."""
+    kernel = node.weights["kernel"]
+    delta = np.asarray(quantized_kernel, np.float64) - kernel
+    shift = mean_shift(delta, node.kernel_axes["kernel"], node.kernel_in_axis["kernel"], _groups(node),
+                       node.quant.input_mean)  # fmt: skip
+    bias = node.weights["bias"]
+    return (bias - shift).astype(bias.dtype)
+
+
+def mean_shift(
+    delta: np.ndarray, out_axes: tuple[int, ...], in_axis: int, groups: int, mean: np.ndarray
+) -> np.ndarray:
+    """``delta * mean`` summed over the input channels and kernel positions, per output channel.
+
+    Args:
+        delta: the kernel's quantization error, any layout.
+        out_axes: its output-channel axes, in C order (Keras depthwise: ``(in, mult)``).
+        in_axis: its input-channel axis; may be one of ``out_axes`` (a depthwise kernel,
+            where output channel ``(c, m)`` reads input channel ``c`` only).
+        groups: input and output channels split into this many groups, group ``g`` of the
+            outputs reading group ``g`` of the inputs (PyTorch ``groups``, Keras ``groups``).
+        mean: the input's mean, one per input channel.
+    """
+    nd = delta.ndim
+    out_axes = tuple(a % nd for a in out_axes)
+    in_axis %= nd
+    spatial = tuple(a for a in range(nd) if a not in out_axes and a != in_axis)
+    summed = delta.sum(axis=spatial)  # axes left in their order: out axes and the input axis
+    kept = [a for a in range(nd) if a not in spatial]
+    if in_axis in out_axes:  # depthwise: each output reads one input channel
+        shape = [1] * summed.ndim
+        shape[kept.index(in_axis)] = -1
+        return (summed * np.reshape(mean, shape)).reshape(-1)
+    per_out = np.moveaxis(summed, kept.index(in_axis), -1).reshape(-1, summed.shape[kept.index(in_axis)])
+    outputs, in_per_group = per_out.shape
+    means = np.reshape(mean, (groups, in_per_group))  # group g's input channels
+    group_of_output = np.arange(outputs) // (outputs // groups)
+    return np.einsum("oi,oi->o", per_out, means[group_of_output])
+
+
+def _groups(node: Node) -> int:
+    groups = node.attrs.get("groups", 1)
+    return groups if isinstance(groups, int) and groups > 0 else 1
+
+
+def _out_channels(node: Node) -> int:
+    kernel = node.weights["kernel"]
+    return int(np.prod([kernel.shape[a] for a in node.kernel_axes["kernel"]]))
+
+
+def _in_channels(node: Node) -> int:
+    kernel, in_axis = node.weights["kernel"], node.kernel_in_axis["kernel"]
+    if in_axis % kernel.ndim in tuple(a % kernel.ndim for a in node.kernel_axes["kernel"]):
+        return int(kernel.shape[in_axis])
+    return int(kernel.shape[in_axis]) * _groups(node)
+
+
+def _input_mean(graph: Graph, node: Node, stats: Mapping[str, NodeStatistics]) -> np.ndarray | None:
+    """The mean per input channel of ``node``'s data input, if statistics give it.
+
+    The statistics of the node feeding it, along that node's channel axis (of each feature,
+    for a (batch, features) input), serve when that axis is the one the layer reads
+    channels on, or, past a flatten or reshape, when each sample holds exactly one value
+    per channel (``pool(1x1) -> flatten -> dense``).
+    """
+    edges = [e for e in graph.in_edges(node.name) if e.dst_index == 0]
+    if len(edges) != 1 or not node.output_shapes or node.channel_axis is None:
+        return None
+    src, crossed = graph.node(edges[0].src), False
+    while src.name not in stats and src.kind in _PASS_THROUGH and len(graph.in_edges(src.name)) == 1:
+        src, crossed = graph.node(graph.in_edges(src.name)[0].src), True
+    s = stats.get(src.name)
+    if s is None or not src.output_shapes or src.channel_axis is None:
+        return None
+    mean = np.asarray(s.mean_per_channel, np.float64).reshape(-1)
+    if mean.size != _in_channels(node) and s.mean_per_feature is not None:
+        mean = np.asarray(s.mean_per_feature, np.float64).reshape(-1)
+    if mean.size != _in_channels(node) or not np.isfinite(mean).all():
+        return None
+    src_shape, out_shape = src.output_shapes[0], node.output_shapes[0]
+    if crossed:
+        values = np.prod([d for d in src_shape[1:]], dtype=np.int64) if None not in src_shape[1:] else -1
+        return mean if values == mean.size else None
+    same_axis = len(src_shape) == len(out_shape) and src.channel_axis % len(
+        src_shape
+    ) == node.channel_axis % len(out_shape)
+    return mean if same_axis else None
