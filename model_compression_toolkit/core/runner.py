@@ -271,7 +271,8 @@ class Session:
         stats = self.statistics(graph)
         select_thresholds(graph, stats, qc.l_p_value)
         if qc.weights_bias_correction:
-            set_input_means(graph, stats)
+            corrected = set_input_means(graph, stats)
+            LOG.debug("bias correction on %d layers: %s", len(corrected), ", ".join(corrected))
 
     def build(self, graph: Graph, weights: QuantizedWeights | None = None) -> Any:
         q_model = self.backend.build(graph, quantized=True, weights=weights)
