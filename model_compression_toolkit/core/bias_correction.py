@@ -140,10 +140,7 @@ def _input_mean(graph: Graph, node: Node, stats: Mapping[str, NodeStatistics]) -
     if mean.size != _in_channels(node) or not np.isfinite(mean).all():
         return None
     src_shape, out_shape = src.output_shapes[0], node.output_shapes[0]
-    if crossed:
-        values = np.prod([d for d in src_shape[1:]], dtype=np.int64) if None not in src_shape[1:] else -1
-        return mean if values == mean.size else None
-    same_axis = len(src_shape) == len(out_shape) and src.channel_axis % len(
-        src_shape
-    ) == node.channel_axis % len(out_shape)
-    return mean if same_axis else None
+    if crossed:  # each sample must hold one value per channel
+        return mean if None not in src_shape[1:] and int(np.prod(src_shape[1:])) == mean.size else None
+    src_axis, axis = src.channel_axis % len(src_shape), node.channel_axis % len(out_shape)
+    return mean if len(src_shape) == len(out_shape) and src_axis == axis else None
