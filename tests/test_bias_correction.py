@@ -126,3 +126,34 @@ def test_bias_correction_takes_out_the_mean_error_of_coarse_weights(framework):
 def test_bias_correction_must_be_a_bool():
     with pytest.raises(ConfigurationError, match="weights_bias_correction must be True or False; got 'yes'"):
         mct.core.QuantizationConfig(weights_bias_correction="yes").validate()
+
+
+def test_layers_whose_input_mean_is_unknown_are_left_alone():
+    """A transposed conv (no correction rule) and a linear layer after a flatten of 2x2 maps
+    (the statistics hold one mean per channel, not per flattened value) keep their bias;
+    the conv and the linear layer after a 1x1 pool are corrected."""
+    torch = pytest.importorskip("torch")
+    from model_compression_toolkit.core.runner import produced_graph
+
+    nn = torch.nn
+
+    class Branches(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3)
+            self.up = nn.ConvTranspose2d(4, 4, 2, stride=2)
+            self.pool = nn.AdaptiveAvgPool2d(2)
+            self.flat_2x2 = nn.Linear(16, 3)
+            self.gap = nn.AdaptiveAvgPool2d(1)
+            self.flat_1x1 = nn.Linear(4, 3)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            a = self.flat_2x2(torch.flatten(self.pool(self.up(y)), 1))
+            return a + self.flat_1x1(torch.flatten(self.gap(y), 1))
+
+    x = 3.0 + RNG.random((16, 3, 8, 8), dtype=np.float32)
+    q_model, _ = mct.ptq.pytorch_post_training_quantization(Branches().eval(), lambda: iter([[x]]))
+    graph = produced_graph(q_model)
+    corrected = {n.name for n in graph.nodes() if n.quant.input_mean is not None}
+    assert corrected == {"conv", "flat_1x1"}

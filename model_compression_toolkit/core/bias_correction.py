@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from model_compression_toolkit.core.graph import Graph, Node, OpKind
+from model_compression_toolkit.core.graph import Edge, Graph, Node, OpKind
 from model_compression_toolkit.core.statistics import NodeStatistics
 
 # Ops between a layer and the node whose statistics describe its input: they move values
@@ -125,12 +125,15 @@ def _input_mean(graph: Graph, node: Node, stats: Mapping[str, NodeStatistics]) -
     channels on, or, past a flatten or reshape, when each sample holds exactly one value
     per channel (``pool(1x1) -> flatten -> dense``).
     """
-    edges = [e for e in graph.in_edges(node.name) if e.dst_index == 0]
-    if len(edges) != 1 or not node.output_shapes or node.channel_axis is None:
+    edge = _only_data_input(graph, node.name)
+    if edge is None or not node.output_shapes or node.channel_axis is None:
         return None
-    src, crossed = graph.node(edges[0].src), False
-    while src.name not in stats and src.kind in _PASS_THROUGH and len(graph.in_edges(src.name)) == 1:
-        src, crossed = graph.node(graph.in_edges(src.name)[0].src), True
+    src, crossed = graph.node(edge.src), False
+    while src.name not in stats and src.kind in _PASS_THROUGH:
+        edge = _only_data_input(graph, src.name)
+        if edge is None:
+            return None
+        src, crossed = graph.node(edge.src), True
     s = stats.get(src.name)
     if s is None or not src.output_shapes or src.channel_axis is None:
         return None
@@ -144,3 +147,10 @@ def _input_mean(graph: Graph, node: Node, stats: Mapping[str, NodeStatistics]) -
         return mean if None not in src_shape[1:] and int(np.prod(src_shape[1:])) == mean.size else None
     src_axis, axis = src.channel_axis % len(src_shape), node.channel_axis % len(out_shape)
     return mean if len(src_shape) == len(out_shape) and src_axis == axis else None
+
+
+def _only_data_input(graph: Graph, name: str) -> Edge | None:
+    """The edge feeding input 0 of ``name`` from its producer's first output, or None (the
+    statistics describe a node's first output only)."""
+    edges = [e for e in graph.in_edges(name) if e.dst_index == 0]
+    return edges[0] if len(edges) == 1 and edges[0].src_index == 0 else None
