@@ -40,11 +40,12 @@ def test_mean_shift_is_what_a_pytorch_layer_outputs_on_its_input_mean():
             x = np.broadcast_to(mean.reshape((1, -1) + (1,) * (len(shape) - 2)), shape).astype(np.float32)
             want = layer(torch.from_numpy(np.ascontiguousarray(x))).numpy()
         got = mean_shift(delta, (0,), 1, groups, mean)
-        np.testing.assert_allclose(want.reshape(want.shape[:2] + (-1,))[0, :, 0] if want.ndim > 2 else want[0],
-                                   got, rtol=1e-4, atol=1e-4)  # fmt: skip
+        per_position = want[0].reshape(len(got), -1)  # (out channels, positions)
+        np.testing.assert_allclose(per_position, np.repeat(got[:, None], per_position.shape[1], 1), rtol=1e-4, atol=1e-4)
 
 
 def test_mean_shift_is_what_a_keras_layer_outputs_on_its_input_mean():
+    """The same for Keras' layouts: (kh, kw, in / groups, out), depthwise (kh, kw, in, mult), Dense."""
     keras = pytest.importorskip("keras")
     L = keras.layers
     cases = [
@@ -58,9 +59,10 @@ def test_mean_shift_is_what_a_keras_layer_outputs_on_its_input_mean():
         layer.set_weights([delta])
         mean = RNG.standard_normal(shape[-1])
         x = np.broadcast_to(mean, shape).astype(np.float32)
-        want = np.asarray(layer(x)).reshape(-1, np.asarray(layer(x)).shape[-1])[0]
+        want = np.asarray(layer(x))
+        per_position = want.reshape(-1, want.shape[-1])  # (positions, out channels)
         got = mean_shift(delta, out_axes, delta.ndim - 2, groups, mean)
-        np.testing.assert_allclose(want, got, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(per_position, np.repeat(got[None], len(per_position), 0), rtol=1e-4, atol=1e-4)
 
 
 # ------------------------------------------------------------------ end to end
