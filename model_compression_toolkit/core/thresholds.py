@@ -80,6 +80,16 @@ def _power(a: np.ndarray, p: float) -> np.ndarray:
     return np.power(a, p, out=a)
 
 
+def _signed_power(y: np.ndarray, e: float) -> np.ndarray:
+    """``sign(y) * |y|**e``; by multiplication for MSE's and MAE's exponents (3 and 2), as
+    numpy's general power is several times slower."""
+    if e == 3.0:
+        return y * y * y
+    if e == 2.0:
+        return y * np.abs(y)
+    return np.sign(y) * np.abs(y) ** e
+
+
 def histogram_error(lo: np.ndarray, hi: np.ndarray, counts: np.ndarray, grid: QuantGrid, p: float) -> np.ndarray:
     """Mean ``|q(x) - x|**p`` of a histogram whose bin i holds ``counts[i]`` values spread
     uniformly over ``[lo[i], hi[i]]``, in closed form (no alignment artefacts between
@@ -99,12 +109,12 @@ def histogram_error(lo: np.ndarray, hi: np.ndarray, counts: np.ndarray, grid: Qu
     k = 1.0 / ((p + 1) * 2.0**p)
 
     def tail(y):
-        return np.sign(y) * np.abs(y) ** (p + 1) / (p + 1)
+        return _signed_power(y, p + 1) / (p + 1)
 
     def saw(x):
         r = x / scale
         u = r - np.round(r)
-        return scale**p * x * k + scale ** (p + 1) * (np.sign(u) * np.abs(u) ** (p + 1) / (p + 1) - u * k)
+        return scale**p * x * k + scale ** (p + 1) * (_signed_power(u, p + 1) / (p + 1) - u * k)
 
     def antiderivative(x):
         inside = saw(np.clip(x, low, up))
