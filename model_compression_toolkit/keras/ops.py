@@ -217,7 +217,7 @@ def kernel_in_axis(kind: OpKind, class_name: str, weights: dict[str, np.ndarray]
     """Input-channel axis of the kernel, for bias correction: the one before the last.
 
     Conv (kh, kw, in, out) and depthwise (kh, kw, in, mult): 2; Dense (in, out): 0.
-    None given for transposed and separable convolutions, which bias correction leaves alone.
+    Empty for transposed and separable convolutions, which bias correction leaves alone.
     """
     kernel = weights.get("kernel")
     if kind not in (K.CONV, K.DENSE) or kernel is None or kernel.ndim < 2 or class_name.startswith("Separable"):
