@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -14,7 +14,7 @@ from model_compression_toolkit.core.bias_correction import corrected_bias
 from model_compression_toolkit.core.quant_config import QuantGrid
 
 if TYPE_CHECKING:
-    from model_compression_toolkit.core.graph import Node
+    from model_compression_toolkit.core.graph import Graph, Node
 
 # Smallest threshold / range width: an all-zero channel still gets a valid grid.
 MIN_THRESHOLD = 2.0**-16
@@ -132,3 +132,38 @@ def node_weight(
     if known is not None and node.name in known and name in known[node.name]:
         return known[node.name][name]
     return fake_quant(value, cfg.grid, cfg.channel_axes)
+
+
+class QuantizedWeights(Mapping):
+    """node -> weight name -> quantized weights (a corrected bias included), each node's
+    computed on first use.
+
+    Every quantized build uses one, so a kernel is quantized once even when its corrected
+    bias needs it too; the PTQ call's builder and logging sink share one.
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        self._graph = graph
+        self._names = [node.name for node in graph.nodes() if node.quant.weights]
+        self._values: dict[str, dict[str, np.ndarray]] = {}
+
+    def __getitem__(self, name: str) -> dict[str, np.ndarray]:
+        if name not in self._values:
+            if name not in self._names:
+                raise KeyError(name)
+            node = self._graph.node(name)
+            values = {
+                w: fake_quant(node.weights[w], c.grid, c.channel_axes)
+                for w, c in node.quant.weights.items()
+                if c.grid is not None
+            }
+            if node.quant.input_mean is not None and "kernel" in values:
+                values["bias"] = corrected_bias(node, values["kernel"])
+            self._values[name] = values
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)

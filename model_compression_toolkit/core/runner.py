@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,14 +23,14 @@ from tqdm.auto import tqdm
 
 from model_compression_toolkit.core.analysis import Comparison, SimilarityResult, analyze
 from model_compression_toolkit.core.backend import get_backend
-from model_compression_toolkit.core.bias_correction import corrected_bias, set_input_means
+from model_compression_toolkit.core.bias_correction import set_input_means
 from model_compression_toolkit.core.config import CoreConfig, DebugConfig, KeepFloat, ResourceUtilization
 from model_compression_toolkit.core.data import RepresentativeData
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.memory import graph_memory
 from model_compression_toolkit.core.preparation import assign_quantization, prepare_graph
-from model_compression_toolkit.core.quantizers import fake_quant
+from model_compression_toolkit.core.quantizers import QuantizedWeights
 from model_compression_toolkit.core.selection import check_rules
 from model_compression_toolkit.core.similarity import FloatReference, has_batch_axis
 from model_compression_toolkit.core.stage import StageReport, StageSink
@@ -73,40 +73,6 @@ def select_thresholds(graph: Graph, stats: dict[str, NodeStatistics], l_p_value:
             fill_weights_config(cfg, node.weights[wname], l_p_value)
         if node.quant.activation is not None:
             fill_activation_config(node.quant.activation, stats[node.name], l_p_value)
-
-
-class QuantizedWeights(Mapping):
-    """node -> weight name -> quantized weights, each node's computed on first use.
-
-    The builder of the quantized model and the logging sink share one, so the weights
-    are quantized once.
-    """
-
-    def __init__(self, graph: Graph) -> None:
-        self._graph = graph
-        self._names = [node.name for node in graph.nodes() if node.quant.weights]
-        self._values: dict[str, dict[str, np.ndarray]] = {}
-
-    def __getitem__(self, name: str) -> dict[str, np.ndarray]:
-        if name not in self._values:
-            if name not in self._names:
-                raise KeyError(name)
-            node = self._graph.node(name)
-            values = {
-                w: fake_quant(node.weights[w], c.grid, c.channel_axes)
-                for w, c in node.quant.weights.items()
-                if c.grid is not None
-            }
-            if node.quant.input_mean is not None and "kernel" in values:
-                values["bias"] = corrected_bias(node, values["kernel"])
-            self._values[name] = values
-        return self._values[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
 
 
 def _after(value: np.ndarray, kept: int, batch: int) -> np.ndarray:

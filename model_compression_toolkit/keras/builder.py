@@ -21,7 +21,7 @@ import keras
 import numpy as np
 
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
-from model_compression_toolkit.core.quantizers import node_weight
+from model_compression_toolkit.core.quantizers import QuantizedWeights, node_weight
 from model_compression_toolkit.errors import GraphValidationError, ModelReadError
 from model_compression_toolkit.keras import ops
 from model_compression_toolkit.keras.layers import ActivationFakeQuant
@@ -73,6 +73,8 @@ def build(
         extra_outputs: nodes whose outputs are returned after the graph outputs.
         weights: quantized weights already computed (node -> weight name -> array).
     """
+    if quantized and weights is None:  # each kernel quantized once, also for its corrected bias
+        weights = QuantizedWeights(graph)
     names = _Names()
     inputs: dict[str, Any] = {}
     tensors: dict[str, list[Any]] = {}

@@ -25,7 +25,7 @@ from torch import fx, nn
 
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import QuantGrid
-from model_compression_toolkit.core.quantizers import node_weight
+from model_compression_toolkit.core.quantizers import QuantizedWeights, node_weight
 from model_compression_toolkit.errors import GraphValidationError, LayerSelectionError
 from model_compression_toolkit.pytorch import ops
 from model_compression_toolkit.pytorch.ops import Ref, map_structure
@@ -141,6 +141,8 @@ def build(
             f"expected names of nodes of graph {graph.name!r} as extra outputs; got unknown {missing}. "
             "Use the node names of the graph (module paths such as 'layer1.0.conv1')."
         )
+    if quantized and weights is None:  # each kernel quantized once, also for its corrected bias
+        weights = QuantizedWeights(graph)
     fx_graph, root, targets = fx.Graph(), {}, _Targets()
     values: dict[str, fx.Node] = {}
     for name in graph.inputs:
