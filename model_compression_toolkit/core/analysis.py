@@ -197,7 +197,9 @@ class Comparison:
         float_names: the float-graph nodes whose outputs are read.
         float_bytes: bytes per sample of those float outputs.
         other_bytes: bytes per sample of the larger of the quantized and local models'
-            outputs (one model's outputs are reduced before the next model runs).
+            outputs at the compare points: a bound on what one of their runs holds of
+            them (PyTorch lets each go once reduced; a Keras call holds all until it
+            returns).
     """
 
     points: list[ComparePoint]
@@ -256,15 +258,23 @@ def float_chunks(
         yield inputs, dict(zip(names, backend.run(model, inputs)[skip:]))
 
 
-def _reduce(accumulators: list[_PointAccumulator], f_out: dict, outputs: dict, local: bool) -> None:
-    """Reduce one model's outputs on a chunk (by point name, or by local name), letting
-    each go once reduced."""
-    for acc in accumulators:
-        reference = f_out[acc.point.reference]
-        if not local:
-            acc.update(reference, outputs.pop(acc.point.name))
-        elif acc.point.local is not None:
-            acc.update_local(reference, outputs.pop(acc.point.local))
+class _Router:
+    """The tap of the quantized (or the local) model: hands each compare point's output,
+    as the model produces it, to its accumulator with the float output of the same chunk."""
+
+    def __init__(self, accumulators: list[_PointAccumulator], local: bool) -> None:
+        self.local = local
+        self.by_name = {
+            (acc.point.local if local else acc.point.name): acc
+            for acc in accumulators
+            if not local or acc.point.local is not None
+        }
+        self.float_outputs: Mapping[str, np.ndarray] = {}  # of the chunk being run
+
+    def __call__(self, name: str, value: np.ndarray) -> None:
+        acc = self.by_name[name]
+        reference = self.float_outputs[acc.point.reference]
+        (acc.update_local if self.local else acc.update)(reference, value)
 
 
 def analyze(
@@ -293,12 +303,6 @@ def analyze(
     """
     plan = Comparison.of(float_graph, q_graph)
     points, local = plan.points, plan.local
-    q_model = backend.build(q_graph, quantized=True, extra_outputs=[p.name for p in points], weights=weights)
-    local_model = None
-    if local.graph.outputs:
-        local_weights = None if weights is None else {n + LOCAL_SUFFIX: weights[n] for n in weights}
-        local_model = backend.build(local.graph, quantized=True, weights=local_weights)
-    local_names = [name for name, _ in local.graph.outputs]
     chunks = float_chunks(backend, float_graph, plan, data, samples, memory_cap, reference)
     covered = reference is not None and reference.covers(plan.float_names, samples)
     float_histograms = reference.histograms_of(samples) if covered else {}
@@ -306,20 +310,33 @@ def analyze(
         _PointAccumulator(p, q_graph.node(p.name), (stats or {}).get(p.name), float_histograms.get(p.name))
         for p in points
     ]
-    q_names = [p.name for p in points]
+    # Each output is reduced as its model produces it (the models' taps) and let go, so no
+    # model's outputs are ever held together. Reducing on another thread while the model
+    # runs would gain nothing: the model already keeps every core busy.
+    q_tap, local_tap = _Router(accumulators, local=False), _Router(accumulators, local=True)
+    q_model = backend.build(
+        q_graph, quantized=True, extra_outputs=list(q_tap.by_name), weights=weights, tap=q_tap
+    )
+    local_model = None
+    if local.graph.outputs:
+        local_weights = None if weights is None else {n + LOCAL_SUFFIX: weights[n] for n in weights}
+        local_model = backend.build(
+            local.graph,
+            quantized=True,
+            extra_outputs=list(local_tap.by_name),
+            weights=local_weights,
+            tap=local_tap,
+        )
     seen = 0
-    # Each model's outputs are reduced as soon as it has run, then let go. Reducing them
-    # on another thread while the next model runs gains nothing: the model already keeps
-    # every core busy, and it would hold two models' outputs at once.
     for chunk, f_out in chunks:
-        q_out = dict(zip(q_names, backend.run(q_model, chunk)[len(q_graph.outputs) :]))
-        _reduce(accumulators, f_out, q_out, local=False)
+        q_tap.float_outputs = local_tap.float_outputs = f_out
+        backend.run(q_model, chunk)
         if local_model is not None:
             feeds = [f_out[ref] if kind == "float" else chunk[ref] for kind, ref in local.feeds]
-            l_out = dict(zip(local_names, backend.run(local_model, feeds)))
+            backend.run(local_model, feeds)
             del feeds
-            _reduce(accumulators, f_out, l_out, local=True)
         seen += len(chunk[0])
+        q_tap.float_outputs = local_tap.float_outputs = {}
         del f_out
     layers = [acc.result(q_graph.node(acc.point.name).layer_type) for acc in accumulators]
     histograms = {

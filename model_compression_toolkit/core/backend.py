@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
 from model_compression_toolkit.core.graph import Graph, OpKind
 from model_compression_toolkit.errors import UnsupportedFrameworkError
+
+Tap = Callable[[str, np.ndarray], None]  # (node name, its output) during a model run
 
 
 class Backend(Protocol):
@@ -52,6 +54,7 @@ class Backend(Protocol):
         quantized: bool,
         extra_outputs: Sequence[str] = (),
         weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+        tap: Tap | None = None,
     ) -> Any:
         """Build a model from ``graph``.
 
@@ -62,6 +65,12 @@ class Backend(Protocol):
         graph outputs followed by the outputs of those nodes (after their quantizer in
         quantized mode). ``weights`` (node -> weight name -> array) are quantized weights
         already computed, used instead of computing them again.
+
+        With ``tap``, the model returns nothing: ``tap(name, array)`` receives the output
+        of each ``extra_outputs`` node instead, so that it can be reduced and let go rather
+        than held with all the others. PyTorch calls it as soon as the output is computed;
+        Keras, whose functional models hold every tensor of a call until it returns, when
+        the call returns. The array is only valid during the call to ``tap``.
         """
 
     def run(self, model: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

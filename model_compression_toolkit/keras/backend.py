@@ -11,6 +11,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from model_compression_toolkit.core.backend import Tap
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.keras import builder, reader
 
@@ -59,11 +60,13 @@ class KerasBackend:
         quantized: bool,
         extra_outputs: Sequence[str] = (),
         weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+        tap: Tap | None = None,
     ) -> Any:
-        return builder.build(graph, quantized, extra_outputs, weights)
+        return builder.build(graph, quantized, extra_outputs, weights, tap)
 
     def run(self, model: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """All outputs of ``model`` in inference mode, flattened, as numpy arrays."""
+        """All outputs of ``model`` in inference mode, flattened, as numpy arrays (none
+        for a model built with a tap)."""
         args = [keras.ops.convert_to_tensor(x) for x in inputs]
         out = model(args[0] if len(args) == 1 else args, training=False)
-        return [self.to_numpy(t) for t in keras.tree.flatten(out)]
+        return [] if out is None else [self.to_numpy(t) for t in keras.tree.flatten(out)]

@@ -20,6 +20,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from model_compression_toolkit.core.backend import Tap
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quantizers import QuantizedWeights, node_weight
 from model_compression_toolkit.errors import GraphValidationError, ModelReadError
@@ -64,7 +65,8 @@ def build(
     quantized: bool,
     extra_outputs: Sequence[str] = (),
     weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
-) -> keras.Model:
+    tap: Tap | None = None,
+) -> keras.Model | TappedModel:
     """A new functional model computing ``graph``.
 
     Args:
@@ -72,6 +74,7 @@ def build(
         quantized: fake-quantize weights and activations that have a grid.
         extra_outputs: nodes whose outputs are returned after the graph outputs.
         weights: quantized weights already computed (node -> weight name -> array).
+        tap: receives the extra outputs instead (a `TappedModel` is returned).
     """
     if quantized and weights is None:  # each kernel quantized once, also for its corrected bias
         weights = QuantizedWeights(graph)
@@ -94,17 +97,32 @@ def build(
         if quantized and node.quant.activation is not None and node.quant.activation.grid is not None:
             outs = [_quantizer(node, names, f"_{i}" if len(outs) > 1 else "")(t) for i, t in enumerate(outs)]
         tensors[node.name] = outs
-    outputs = [tensors[n][i] for n, i in graph.outputs]
+    outputs = [] if tap is not None else [tensors[n][i] for n, i in graph.outputs]
     for name in extra_outputs:
         if name not in tensors:
             raise GraphValidationError(f"extra output {name!r} is not a node of graph {graph.name!r}")
-        outputs.extend(tensors[name])
+        outputs.extend(tensors[name][:1] if tap is not None else tensors[name])
     model_inputs = [inputs[n] for n in graph.inputs]
-    return keras.Model(
+    model = keras.Model(
         inputs=model_inputs[0] if len(model_inputs) == 1 else model_inputs,
         outputs=outputs[0] if len(outputs) == 1 else outputs,
         name=names.take(graph.name),
     )
+    return TappedModel(model, list(extra_outputs), tap) if tap is not None else model
+
+
+class TappedModel:
+    """A model whose outputs, one per named node, go to ``tap`` when a call returns;
+    calling it returns None. (A functional model holds every tensor of a call until the
+    call returns, so handing them over earlier would free nothing.)"""
+
+    def __init__(self, model: keras.Model, names: list[str], tap: Tap) -> None:
+        self.model, self.names, self.tap = model, names, tap
+
+    def __call__(self, inputs: Any, training: bool = False) -> None:
+        outputs = keras.tree.flatten(self.model(inputs, training=training))
+        for name, value in zip(self.names, outputs, strict=True):
+            self.tap(name, keras.ops.convert_to_numpy(value))
 
 
 class _Names:

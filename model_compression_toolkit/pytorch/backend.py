@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from model_compression_toolkit.core.backend import Tap
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.pytorch import builder, ops, reader
 
@@ -57,8 +58,9 @@ class PytorchBackend:
         quantized: bool,
         extra_outputs: Sequence[str] = (),
         weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+        tap: Tap | None = None,
     ) -> nn.Module:
-        return builder.build(graph, quantized, extra_outputs, weights)
+        return builder.build(graph, quantized, extra_outputs, weights, tap)
 
     def run(self, model: nn.Module, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run in inference mode; the outputs flattened (tuples, lists, dict values) to numpy.

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import fx, nn
 
+from model_compression_toolkit.core.backend import Tap
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import QuantGrid
 from model_compression_toolkit.core.quantizers import QuantizedWeights, node_weight
@@ -83,6 +84,20 @@ class ActivationFakeQuant(nn.Module):
         return f"node={self.node_name!r}, qmin={self.qmin}, qmax={self.qmax}"
 
 
+class OutputTap(nn.Module):
+    """Hands its node's output to ``tap`` as a numpy array (shared with the tensor, no copy)."""
+
+    def __init__(self, tap: Tap, node_name: str):
+        super().__init__()
+        self.tap, self.node_name = tap, node_name
+
+    def forward(self, x: torch.Tensor) -> None:
+        self.tap(self.node_name, ops.to_numpy(x))
+
+    def extra_repr(self) -> str:
+        return f"node={self.node_name!r}"
+
+
 class _Targets:
     """Unique attribute paths in the built module: dotted paths must not cross a leaf."""
 
@@ -125,6 +140,7 @@ def build(
     quantized: bool,
     extra_outputs: Sequence[str] = (),
     weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    tap: Tap | None = None,
 ) -> fx.GraphModule:
     """A model computing ``graph`` (see the module docstring), in eval mode on the CPU.
 
@@ -134,6 +150,9 @@ def build(
         A GraphModule taking the original inputs. Without ``extra_outputs`` it returns the
         original output structure; with them, a flat tuple: the graph outputs, then the
         outputs of the ``extra_outputs`` nodes (after their quantizer when quantized).
+        With ``tap``, it returns None, and an `OutputTap` right after each of those nodes
+        hands its output to ``tap``: ``conv -> q -> OutputTap("conv")``, the output
+        freed as soon as its consumers have run.
     """
     missing = [name for name in extra_outputs if name not in graph]
     if missing:
@@ -145,11 +164,14 @@ def build(
         weights = QuantizedWeights(graph)
     fx_graph, root, targets = fx.Graph(), {}, _Targets()
     values: dict[str, fx.Node] = {}
+    tapped = set(extra_outputs)
     for name in graph.inputs:
         payload = graph.node(name).payload or {}
         default = payload["args"][0] if payload.get("args") else inspect.Signature.empty
         target = payload.get("target") or _identifier(name)
         values[name] = fx_graph.placeholder(target, default_value=default)
+        if tap is not None and name in tapped:
+            _emit_tap(fx_graph, name, values[name], root, targets, tap)
     for node in graph.nodes():
         if node.name in values:
             continue
@@ -162,9 +184,13 @@ def build(
             root[target] = ActivationFakeQuant(act.grid, node.name, node.channel_axis, ndim)
             out = fx_graph.call_module(target, (out,))
         values[node.name] = out
+        if tap is not None and node.name in tapped:
+            _emit_tap(fx_graph, node.name, out, root, targets, tap)
     outputs = [values[name] for name, _ in graph.outputs]
     template = graph.meta.get(OUTPUTS_META)
-    if extra_outputs:
+    if tap is not None:
+        result = None
+    elif extra_outputs:
         result: Any = tuple(outputs) + tuple(values[name] for name in extra_outputs)
     elif template is not None:
         result = map_structure(template, lambda leaf: outputs[leaf.index] if isinstance(leaf, Ref) else leaf)
@@ -177,6 +203,12 @@ def build(
     for p in model.parameters():
         p.requires_grad_(False)
     return model
+
+
+def _emit_tap(fx_graph: fx.Graph, name: str, value: fx.Node, root: dict, targets: _Targets, tap: Tap) -> None:
+    target = targets.claim(f"{name.replace('.', '_')}_tap")
+    root[target] = OutputTap(tap, name)
+    fx_graph.call_module(target, (value,))
 
 
 def _emit(

@@ -384,6 +384,22 @@ def test_extra_outputs_follow_graph_outputs():
     assert len(q_outs) == 2 and np.allclose(q_outs[1] / scale, np.round(q_outs[1] / scale), atol=1e-4)
 
 
+def test_a_tap_gets_the_extra_outputs_and_the_model_returns_nothing():
+    model, x = dense_model(), batch(6)
+    graph, _ = B.read(model, [x])
+    quantize_by_hand(graph)
+    names = ["relu", graph.outputs[0][0]]
+    expected = B.run(B.build(graph, True, extra_outputs=names), [x])[1:]
+    got = {}
+    tapped = B.build(
+        graph, True, extra_outputs=names, tap=lambda name, value: got.setdefault(name, value.copy())
+    )
+    assert B.run(tapped, [x]) == []
+    assert list(got) == names
+    for name, want in zip(names, expected):
+        np.testing.assert_array_equal(got[name], want)
+
+
 # ------------------------------------------------------------------------ real architectures
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["MobileNetV2", "ResNet50", "EfficientNetB0", "DenseNet121", "ConvNeXtTiny"])

@@ -414,6 +414,26 @@ def test_extra_outputs_return_intermediate_tensors():
     _assert_same([expected, seen["conv2"], seen["conv1"], seen["bn1"]], [final, conv2, conv1, bn1])
 
 
+def test_a_tap_gets_each_output_as_it_is_computed_and_the_model_returns_nothing():
+    model, sample = _make("residual")
+    graph, _ = BACKEND.read(model, sample)
+    names = [graph.inputs[0], "conv1", "conv2"]
+    outputs = dict(
+        zip(names, BACKEND.run(BACKEND.build(graph, quantized=False, extra_outputs=names), sample)[1:])
+    )
+    events, got = [], {}
+
+    def tap(name, value):
+        events.append(name)
+        got[name] = value.copy()  # the array is only valid during the call
+
+    tapped = BACKEND.build(graph, quantized=False, extra_outputs=names, tap=tap)
+    tapped.get_submodule("conv2").register_forward_pre_hook(lambda m, i: events.append("conv2 runs"))
+    assert BACKEND.run(tapped, sample) == []
+    assert events == [names[0], "conv1", "conv2 runs", "conv2"]  # handed over before the next layer runs
+    _assert_same([outputs[n] for n in names], [got[n] for n in names])
+
+
 def test_extra_output_is_not_overwritten_by_an_inplace_relu():
     model, sample = _make("conv_bn_relu")
     seen = {}
