@@ -262,13 +262,26 @@ def _hashable(value: Any) -> bool:
     return True
 
 
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """``array`` as a tensor, sharing its memory when it is a writable, aligned array that
+    torch can view, else a copy."""
+    if array.flags.writeable and array.flags.aligned and array.dtype.isnative:
+        try:
+            return torch.from_numpy(array)
+        except (TypeError, ValueError):  # a dtype or strides torch cannot view
+            pass
+    return torch.tensor(array)
+
+
 def _load_weights(
     module: nn.Module, node: Node, quantized: bool, weights: Mapping[str, Mapping[str, np.ndarray]] | None
 ) -> None:
     """Put the node's weights into the module: kernel -> weight, gamma -> weight, ...
 
     A weight the module lacks (a folded batch norm's bias on a conv without one) becomes
-    a new Parameter.
+    a new Parameter. A weight shares its array's memory (`_tensor`): the arrays are the
+    graph's own or freshly quantized ones, so the models built from one graph (the PTQ
+    result, the similarity's quantized and local models) hold one copy of the weights.
     """
     names = ops.WEIGHT_NAMES.get(node.kind, {})
     for wname in node.weights:
@@ -276,7 +289,7 @@ def _load_weights(
         owner_path, _, attr = path.rpartition(".")
         owner = module.get_submodule(owner_path) if owner_path else module
         current = getattr(owner, attr, None)
-        tensor = torch.tensor(np.asarray(node_weight(node, wname, quantized, weights)))
+        tensor = _tensor(np.asarray(node_weight(node, wname, quantized, weights)))
         if isinstance(current, torch.Tensor):
             tensor = tensor.to(current.dtype if tensor.is_floating_point() else tensor.dtype).to(
                 current.device

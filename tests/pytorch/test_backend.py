@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from torch import nn
 from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod
 from model_compression_toolkit.core.graph import OpKind
 from model_compression_toolkit.core.quant_config import ActivationQuantConfig, WeightsQuantConfig
-from model_compression_toolkit.core.quantizers import fake_quant, symmetric_grid
+from model_compression_toolkit.core.quantizers import QuantizedWeights, fake_quant, symmetric_grid
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError
 from model_compression_toolkit.pytorch.backend import PytorchBackend
 
@@ -432,6 +433,26 @@ def test_a_tap_gets_each_output_as_it_is_computed_and_the_model_returns_nothing(
     assert BACKEND.run(tapped, sample) == []
     assert events == [names[0], "conv1", "conv2 runs", "conv2"]  # handed over before the next layer runs
     _assert_same([outputs[n] for n in names], [got[n] for n in names])
+
+
+def test_models_built_from_one_set_of_quantized_weights_share_them():
+    model, sample = _make("conv_bn_relu")
+    graph, _ = BACKEND.read(model, sample)
+    _conv_quant(graph, "features.0", 1.0, 4.0)
+    weights = QuantizedWeights(graph)
+    first, second = (BACKEND.build(graph, quantized=True, weights=weights) for _ in range(2))
+    kernel = weights["features.0"]["kernel"]
+    for built in (first, second):  # no copy of the weights per model
+        assert built.get_submodule("features.0").weight.data_ptr() == kernel.ctypes.data
+    np.testing.assert_array_equal(BACKEND.run(first, sample)[0], BACKEND.run(second, sample)[0])
+    read_only = graph.node("features.0").weights["kernel"]
+    read_only.flags.writeable = False  # a weight torch cannot share is copied, without a warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        built = BACKEND.build(graph, quantized=False)
+    assert built.get_submodule("features.0").weight.data_ptr() != read_only.ctypes.data
+    (plain,) = BACKEND.run(built, sample)
+    np.testing.assert_allclose(plain, BACKEND.run(model, sample)[0], atol=1e-5)
 
 
 def test_extra_output_is_not_overwritten_by_an_inplace_relu():
