@@ -73,3 +73,52 @@ def test_every_quantization_method_keeps_accuracy(fw, trained_digits, qmethod):
     if qmethod == mct.core.QuantizationMethod.POWER_OF_TWO:
         thresholds = [t for layer in info.layers.values() for t in layer.weights.get("kernel", {}).get("threshold") or []]
         assert thresholds and all(np.log2(t) == np.round(np.log2(t)) for t in thresholds)
+
+
+def test_the_model_input_is_quantized_on_its_grid(fw, trained_digits):
+    model, x_train, x_test, _ = trained_digits
+    q_model, info = fw.ptq(model, representative_dataset(x_train))
+    (layer,) = [layer for layer in info.layers.values() if layer.kind == "input"]
+    grid = layer.activation["grid"]
+    scale, zero_point = np.float32(grid["scale"]), np.float32(grid["zero_point"])
+    x = x_test[:32]
+    on_grid = (np.clip(np.round(x / scale) + zero_point, grid["qmin"], grid["qmax"]) - zero_point) * scale
+    nudged = on_grid + np.float32(0.2) * scale  # the same grid point after rounding
+    predict = fw.predict(q_model)
+    assert not np.allclose(on_grid, x)
+    np.testing.assert_allclose(predict(x), predict(on_grid), atol=1e-5)
+    np.testing.assert_allclose(predict(nudged), predict(on_grid), atol=1e-5)
+
+
+def _ids_model(framework: str):
+    """Embedding -> mean over the tokens -> dense: a model whose input is integer ids."""
+    if framework == "pytorch":
+        import torch
+        from torch import nn
+
+        class Bag(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                torch.manual_seed(0)
+                self.embed, self.fc = nn.Embedding(50, 8), nn.Linear(8, 3)
+
+            def forward(self, ids):
+                return self.fc(self.embed(ids).mean(1))
+
+        return Bag().eval()
+    import keras
+
+    keras.utils.set_random_seed(0)
+    ids = keras.Input((6,), dtype="int32")
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 8)(ids))
+    return keras.Model(ids, keras.layers.Dense(3)(pooled))
+
+
+def test_integer_inputs_are_left_unquantized(fw):
+    ids = np.random.default_rng(0).integers(0, 50, (16, 6)).astype(np.int64 if fw.name == "pytorch" else np.int32)
+    model = _ids_model(fw.name)
+    q_model, info = fw.ptq(model, lambda: iter([[ids[:8]], [ids[8:]]]))
+    (layer,) = [layer for layer in info.layers.values() if layer.kind == "input"]
+    assert layer.activation is None and "int" in layer.activation_float_reason
+    out, expected = fw.predict(q_model)(ids), fw.predict(model)(ids)
+    assert np.abs(out - expected).max() < 0.05 * np.abs(expected).max()

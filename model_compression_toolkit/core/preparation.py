@@ -101,6 +101,12 @@ def _fused_into(graph: Graph, node: Node) -> Node | None:
     return nxt if nxt.kind == OpKind.ACTIVATION and len(graph.in_edges(nxt.name)) == 1 else None
 
 
+def _floating(dtype: object) -> bool:
+    """Whether a dtype name (``float32``, ``bfloat16``, ``int64``; None when not known) is
+    a floating-point one."""
+    return dtype is None or "float" in str(dtype) or str(dtype) in ("half", "double")
+
+
 def assign_quantization(graph: Graph, config: QuantizationConfig, keep_float: Sequence[KeepFloat] = ()) -> None:
     """Decide for every node whether its weights and output are quantized, and why not.
 
@@ -123,6 +129,8 @@ def assign_quantization(graph: Graph, config: QuantizationConfig, keep_float: Se
         elif node.weights:
             q.weights_float_reason = "weights of this layer type are not quantized"
         reason = _NO_OUTPUT_QUANT.get(node.kind)
+        if reason is None and node.kind == OpKind.INPUT and not _floating(node.attrs.get("dtype")):
+            reason = f"a {node.attrs['dtype']} input (ids, indices or integer pixels): not quantized"
         fused = _fused_into(graph, node)
         if reason is None and node.kind in VALUE_PRESERVING:
             reason = "only moves values of its input, which carries the quantization"

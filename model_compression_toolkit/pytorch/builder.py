@@ -170,6 +170,8 @@ def build(
         default = payload["args"][0] if payload.get("args") else inspect.Signature.empty
         target = payload.get("target") or _identifier(name)
         values[name] = fx_graph.placeholder(target, default_value=default)
+        if quantized:
+            values[name] = _quantize_output(fx_graph, graph.node(name), values[name], root, targets)
         if tap is not None and name in tapped:
             _emit_tap(fx_graph, name, values[name], root, targets, tap)
     for node in graph.nodes():
@@ -177,12 +179,8 @@ def build(
             continue
         inputs = [values[e.src] for e in graph.in_edges(node.name)]
         out = _emit(fx_graph, node, inputs, root, targets, quantized, weights)
-        act = node.quant.activation
-        if quantized and act is not None and act.grid is not None:
-            ndim = len(node.output_shapes[0]) if node.output_shapes else 0
-            target = targets.claim(f"{node.name.replace('.', '_')}_activation_quant")
-            root[target] = ActivationFakeQuant(act.grid, node.name, node.channel_axis, ndim)
-            out = fx_graph.call_module(target, (out,))
+        if quantized:
+            out = _quantize_output(fx_graph, node, out, root, targets)
         values[node.name] = out
         if tap is not None and node.name in tapped:
             _emit_tap(fx_graph, node.name, out, root, targets, tap)
@@ -203,6 +201,17 @@ def build(
     for p in model.parameters():
         p.requires_grad_(False)
     return model
+
+
+def _quantize_output(fx_graph: fx.Graph, node: Node, out: fx.Node, root: dict, targets: _Targets) -> fx.Node:
+    """``out`` followed by the node's activation quantizer, when its activation has a grid."""
+    act = node.quant.activation
+    if act is None or act.grid is None:
+        return out
+    ndim = len(node.output_shapes[0]) if node.output_shapes else 0
+    target = targets.claim(f"{node.name.replace('.', '_')}_activation_quant")
+    root[target] = ActivationFakeQuant(act.grid, node.name, node.channel_axis, ndim)
+    return fx_graph.call_module(target, (out,))
 
 
 def _emit_tap(fx_graph: fx.Graph, name: str, value: fx.Node, root: dict, targets: _Targets, tap: Tap) -> None:
