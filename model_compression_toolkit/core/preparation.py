@@ -130,7 +130,7 @@ def assign_quantization(graph: Graph, config: QuantizationConfig, keep_float: Se
             q.weights_float_reason = "weights of this layer type are not quantized"
         reason = _NO_OUTPUT_QUANT.get(node.kind)
         if reason is None and node.kind == OpKind.INPUT and not _floating(node.attrs.get("dtype")):
-            reason = f"a {node.attrs['dtype']} input (ids, indices or integer pixels): not quantized"
+            reason = f"a non-floating-point input ({node.attrs['dtype']}: ids, indices, integer pixels): not quantized"
         fused = _fused_into(graph, node)
         if reason is None and node.kind in VALUE_PRESERVING:
             reason = "only moves values of its input, which carries the quantization"

@@ -215,9 +215,8 @@ def _to_graph(gm: fx.GraphModule, shapes: dict[str, list[tuple]], name: str) -> 
         for i, x in enumerate(inputs):
             graph.add_edge(names[x.name], node.name, 0, i)
         if n.op == "placeholder":
-            meta = n.meta.get("tensor_meta")
-            if isinstance(meta, TensorMetadata):
-                node.attrs["dtype"] = str(meta.dtype).removeprefix("torch.")
+            meta = n.meta.get("tensor_meta")  # none for a non-tensor argument (forward(x, k=2))
+            node.attrs["dtype"] = str(meta.dtype).removeprefix("torch.") if isinstance(meta, TensorMetadata) else "non-tensor"
             graph.inputs.append(node.name)
     return graph
 

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import model_compression_toolkit as mct
 from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod
 from model_compression_toolkit.core.graph import OpKind
 from model_compression_toolkit.core.quant_config import ActivationQuantConfig, WeightsQuantConfig
@@ -510,3 +511,21 @@ def test_small_helpers():
     graph, warnings = BACKEND.read(model, ids)
     assert "Embedding" in warnings[0] and graph.node("embed").weights["weight"].shape == (10, 4)
     _assert_same(BACKEND.run(model, ids), BACKEND.run(BACKEND.build(graph, quantized=False), ids))
+
+
+def test_a_non_tensor_argument_is_left_unquantized():
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3)
+
+        def forward(self, x, k: int = 2):
+            return self.conv(x) * k
+
+    model = Scaled().eval()
+    x = np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32)
+    q_model, info = mct.ptq.pytorch_post_training_quantization(model, lambda: iter([[x]]))
+    assert info.layers["x"].activation is not None
+    assert info.layers["k"].activation is None and "non-tensor" in info.layers["k"].activation_float_reason
+    (expected,) = BACKEND.run(model, [x])
+    np.testing.assert_allclose(BACKEND.run(q_model, [x])[0], expected, atol=0.1 * np.abs(expected).max())
