@@ -1,6 +1,6 @@
 """Read a ``torch.nn.Module`` into the neutral `Graph` with torch.fx.
 
-``user model -> deepcopy().eval() -> fx.symbolic_trace -> ShapeProp(sample) -> Graph``
+``user model -> deepcopy().eval() -> fx.symbolic_trace -> run on the sample (shapes) -> Graph``
 
 One graph node per fx node: placeholders are the inputs, the fx ``output`` node becomes
 ``graph.outputs`` (its nesting kept in ``graph.meta["pytorch_outputs"]``). A node's inputs
@@ -10,16 +10,13 @@ builder needs to call the same thing again, with each input replaced by a `Ref`.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import fx, nn
-from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
 from model_compression_toolkit.core.backend import unsupported_warnings
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
@@ -45,8 +42,8 @@ def read(model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, 
     if not isinstance(model, nn.Module):
         raise ModelReadError(f"expected a torch.nn.Module; got {type(model).__name__}")
     gm = _trace(_private_copy(model))
-    shapes = _propagate(gm, sample_inputs, type(model).__name__)
-    graph = _to_graph(gm, shapes, type(model).__name__)
+    shapes, dtypes = _propagate(gm, sample_inputs, type(model).__name__)
+    graph = _to_graph(gm, shapes, dtypes, type(model).__name__)
     graph.validate()
     return graph, unsupported_warnings(graph)
 
@@ -79,44 +76,57 @@ def _trace(model: nn.Module) -> fx.GraphModule:
         ) from e
 
 
-class _ShapeProp(ShapeProp):
-    """ShapeProp that remembers the node it is running, to say where the model failed."""
+class _Shapes(fx.Interpreter):
+    """Runs the traced model on a sample node by node, recording the shapes of the tensors
+    each node returns and each input's dtype, and the node it is running, to say where
+    the model failed. (torch.fx's ShapeProp records the same, but its first run imports
+    the symbolic-shapes machinery and sympy: half a second of every first PTQ call.)"""
 
-    current: fx.Node | None = None
+    def __init__(self, gm: fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.current: fx.Node | None = None
+        self.shapes: dict[str, list[tuple]] = {}
+        self.dtypes: dict[str, str] = {}
 
     def run_node(self, n: fx.Node) -> Any:
         self.current = n
-        return super().run_node(n)
+        result = super().run_node(n)
+        self.shapes[n.name] = _tensor_shapes(result)
+        if n.op == "placeholder":  # "non-tensor" for an argument such as forward(x, k=2)
+            tensor = isinstance(result, torch.Tensor)
+            self.dtypes[n.name] = str(result.dtype).removeprefix("torch.") if tensor else "non-tensor"
+        return result
 
 
-def _run_shapes(gm: fx.GraphModule, inputs: list[torch.Tensor]) -> dict[str, list[tuple]]:
+def _run_shapes(gm: fx.GraphModule, inputs: list[torch.Tensor]) -> _Shapes:
     """Each fx node's tensor shapes (several for a tuple output, none for a non-tensor)."""
-    for n in gm.graph.nodes:
-        n.meta.pop("tensor_meta", None)
-    prop = _ShapeProp(gm)
+    run = _Shapes(gm)
     try:
-        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints tracebacks
-            prop.propagate(*inputs)
+        with torch.no_grad():
+            run.run(*inputs)
     except Exception as e:
         cause = e.__cause__ or e
-        at = prop.current
+        at = run.current
         where = "" if at is None else f" at {at.target if at.op == 'call_module' else at.name!r}"
         raise RuntimeError(f"{type(cause).__name__}{where}: {cause}") from cause
-    return {n.name: _meta_shapes(n.meta.get("tensor_meta")) for n in gm.graph.nodes}
+    return run
 
 
-def _meta_shapes(meta: Any) -> list[tuple]:
-    if isinstance(meta, TensorMetadata):
-        return [tuple(int(d) for d in meta.shape)]
-    if isinstance(meta, (tuple, list)):
-        return [s for m in meta for s in _meta_shapes(m)]
-    if isinstance(meta, dict):
-        return [s for m in meta.values() for s in _meta_shapes(m)]
+def _tensor_shapes(value: Any) -> list[tuple]:
+    if isinstance(value, torch.Tensor):
+        return [tuple(int(d) for d in value.shape)]
+    if isinstance(value, (tuple, list)):
+        return [s for v in value for s in _tensor_shapes(v)]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _tensor_shapes(v)]
     return []
 
 
-def _propagate(gm: fx.GraphModule, sample: Sequence[Any], model_name: str) -> dict[str, list[tuple]]:
-    """Shapes on the sample, with None on the dims that change with the batch size."""
+def _propagate(
+    gm: fx.GraphModule, sample: Sequence[Any], model_name: str
+) -> tuple[dict[str, list[tuple]], dict[str, str]]:
+    """Shapes on the sample, with None on the dims that change with the batch size, and
+    the inputs' dtypes."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     required = [n for n in placeholders if not n.args]
     given = [tuple(np.shape(x)) for x in sample]
@@ -138,16 +148,17 @@ def _propagate(gm: fx.GraphModule, sample: Sequence[Any], model_name: str) -> di
         ) from e
     batch = next((t.shape[0] for t in inputs if t.dim() > 0), None)
     if batch is None:
-        return real
+        return real.shapes, real.dtypes
     alt_inputs = [
         (t[:1] if batch > 1 else torch.cat([t, t])) if t.dim() > 0 and t.shape[0] == batch else t
         for t in inputs
     ]
     try:
-        alt = _run_shapes(gm, alt_inputs)
+        alt = _run_shapes(gm, alt_inputs).shapes
     except RuntimeError:  # a model fixed to one batch size: assume dim 0 is the batch
         alt = None
-    return {name: _batch_none(shapes, alt and alt.get(name), batch) for name, shapes in real.items()}
+    shapes = {name: _batch_none(shapes, alt and alt.get(name), batch) for name, shapes in real.shapes.items()}
+    return shapes, real.dtypes
 
 
 def _batch_none(shapes: list[tuple], alt: list[tuple] | None, batch: int) -> list[tuple]:
@@ -181,7 +192,7 @@ def _node_names(gm: fx.GraphModule) -> dict[str, str]:
     return names
 
 
-def _to_graph(gm: fx.GraphModule, shapes: dict[str, list[tuple]], name: str) -> Graph:
+def _to_graph(gm: fx.GraphModule, shapes: dict[str, list[tuple]], dtypes: dict[str, str], name: str) -> Graph:
     graph = Graph(name, "pytorch")
     names = _node_names(gm)
     modules = dict(gm.named_modules())
@@ -215,8 +226,7 @@ def _to_graph(gm: fx.GraphModule, shapes: dict[str, list[tuple]], name: str) -> 
         for i, x in enumerate(inputs):
             graph.add_edge(names[x.name], node.name, 0, i)
         if n.op == "placeholder":
-            meta = n.meta.get("tensor_meta")  # none for a non-tensor argument (forward(x, k=2))
-            node.attrs["dtype"] = str(meta.dtype).removeprefix("torch.") if isinstance(meta, TensorMetadata) else "non-tensor"
+            node.attrs["dtype"] = dtypes.get(n.name, "non-tensor")
             graph.inputs.append(node.name)
     return graph
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -529,3 +532,16 @@ def test_a_non_tensor_argument_is_left_unquantized():
     assert info.layers["k"].activation is None and "non-tensor" in info.layers["k"].activation_float_reason
     (expected,) = BACKEND.run(model, [x])
     np.testing.assert_allclose(BACKEND.run(q_model, [x])[0], expected, atol=0.1 * np.abs(expected).max())
+
+
+def test_reading_a_model_does_not_import_symbolic_shapes():
+    """torch.fx's ShapeProp imports sympy on its first run: half a second of a first PTQ call."""
+    code = (
+        "import sys, numpy as np, torch\n"
+        "from model_compression_toolkit.pytorch.backend import PytorchBackend\n"
+        "model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())\n"
+        "PytorchBackend().read(model, [np.zeros((2, 3, 8, 8), np.float32)])\n"
+        "print(sorted(m for m in ('sympy', 'torch.fx.experimental.symbolic_shapes') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]", out.stdout
