@@ -99,7 +99,8 @@ class _Shapes(fx.Interpreter):
 
 
 def _run_shapes(gm: fx.GraphModule, inputs: list[torch.Tensor]) -> _Shapes:
-    """Each fx node's tensor shapes (several for a tuple output, none for a non-tensor)."""
+    """A run on ``inputs``: each fx node's tensor shapes (several for a tuple output, none
+    for a non-tensor) and each input's dtype; a failure as a RuntimeError naming the node."""
     run = _Shapes(gm)
     try:
         with torch.no_grad():
