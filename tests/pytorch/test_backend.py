@@ -543,5 +543,6 @@ def test_reading_a_model_does_not_import_symbolic_shapes():
         "PytorchBackend().read(model, [np.zeros((2, 3, 8, 8), np.float32)])\n"
         "print(sorted(m for m in ('sympy', 'torch.fx.experimental.symbolic_shapes') if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == "[]", out.stdout
