@@ -2,6 +2,11 @@
 
 ``user model -> deepcopy().eval() -> fx.symbolic_trace -> run on the sample (shapes) -> Graph``
 
+A ``forward`` argument the representative data does not give, whose default is None, a
+bool or a string (``mask=None``, ``return_features=False``, ``mode="eval"``), is traced
+as that default: tracing cannot branch on it. The read then warns that the quantized
+model takes only the given inputs. Numbers stay inputs with their default.
+
 One graph node per fx node: placeholders are the inputs, the fx ``output`` node becomes
 ``graph.outputs`` (its nesting kept in ``graph.meta["pytorch_outputs"]``). A node's inputs
 are the fx nodes in its args/kwargs, flattened in order; ``node.payload`` keeps what the
@@ -11,6 +16,8 @@ builder needs to call the same thing again, with each input replaced by a `Ref`.
 from __future__ import annotations
 
 import copy
+import inspect
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,11 +48,35 @@ def read(model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, 
     """
     if not isinstance(model, nn.Module):
         raise ModelReadError(f"expected a torch.nn.Module; got {type(model).__name__}")
-    gm = _trace(_private_copy(model))
+    fixed = _fixed_defaults(model, len(sample_inputs))
+    gm = _trace(_private_copy(model), fixed)
     shapes, dtypes = _propagate(gm, sample_inputs, type(model).__name__)
     graph = _to_graph(gm, shapes, dtypes, type(model).__name__)
     graph.validate()
-    return graph, unsupported_warnings(graph)
+    warnings = unsupported_warnings(graph)
+    if fixed:
+        given = ", ".join(graph.inputs)
+        warnings.append(
+            f"{type(model).__name__}.forward was read with "
+            f"{', '.join(f'{k}={v!r}' for k, v in fixed.items())}: the representative data does not "
+            f"give {'this argument' if len(fixed) == 1 else 'these arguments'}, so the model is read "
+            f"with the default{'' if len(fixed) == 1 else 's'} and the quantized model's forward takes "
+            f"({given}). Yield every argument from the representative data to keep it an input."
+        )
+    return graph, warnings
+
+
+def _fixed_defaults(model: nn.Module, given: int) -> dict[str, Any]:
+    """The ``forward`` arguments after the ``given`` ones whose default is None, a bool or
+    a string, with that default: the values tracing specializes the model to."""
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: trace every argument
+        return {}
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if any(p.kind not in kinds for p in params):  # *args, **kwargs: leave it to the tracer
+        return {}
+    return {p.name: p.default for p in params[given:] if p.default is None or isinstance(p.default, (bool, str))}
 
 
 def _private_copy(model: nn.Module) -> nn.Module:
@@ -65,15 +96,44 @@ def _private_copy(model: nn.Module) -> nn.Module:
     return work
 
 
-def _trace(model: nn.Module) -> fx.GraphModule:
+def _trace(model: nn.Module, fixed: dict[str, Any]) -> fx.GraphModule:
     try:
-        return fx.symbolic_trace(model)
+        gm = fx.symbolic_trace(model, concrete_args=fixed or None)
     except Exception as e:
         raise ModelReadError(
             f"torch.fx could not trace {type(model).__name__}: {type(e).__name__}: {e}. Expected a "
             "forward whose control flow does not depend on tensor values: make it static, or wrap "
             "that part in a leaf module (a torch.fx.Tracer with is_leaf_module)."
         ) from e
+    if fixed:
+        names = list(inspect.signature(model.forward).parameters)
+        _drop_specialization_checks(gm, [names.index(name) for name in fixed])
+    return gm
+
+
+def _drop_specialization_checks(gm: fx.GraphModule, fixed: list[int]) -> None:
+    """Remove what tracing with ``concrete_args`` adds: a check that each fixed argument
+    still has its value, and the placeholders of the fixed arguments (positions ``fixed``
+    in ``forward``'s signature), which nothing else uses."""
+    graph = gm.graph
+    for node in reversed(list(graph.nodes)):
+        if node.op == "call_function" and _is_specialization_check(node):
+            inputs = node.all_input_nodes
+            graph.erase_node(node)
+            for x in inputs:  # the ``arg == value`` a bool or string check compares
+                if not x.users and x.op == "call_function" and x.target is operator.eq:
+                    graph.erase_node(x)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for i in fixed:
+        if i < len(placeholders) and not placeholders[i].users:
+            graph.erase_node(placeholders[i])
+    graph.lint()
+    gm.recompile()
+
+
+def _is_specialization_check(node: fx.Node) -> bool:
+    check = node.target is torch._assert or getattr(node.target, "__name__", "") == "_assert_is_none"
+    return check and any(isinstance(a, str) and "has been specialized" in a for a in node.args)
 
 
 class _Shapes(fx.Interpreter):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import subprocess
 import sys
 import warnings
@@ -546,3 +547,43 @@ def test_reading_a_model_does_not_import_symbolic_shapes():
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+class _Options(nn.Module):
+    """Optional arguments that torch.fx cannot trace as inputs: a branch on None, a flag and a mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x, mask=None, features: bool = False, mode: str = "mean"):
+        y = self.conv(x)
+        y = y.mean((2, 3)) if mode == "mean" else y.amax((2, 3))
+        if mask is not None:
+            y = y * mask
+        return y if features else self.fc(y)
+
+
+def test_optional_arguments_the_data_does_not_give_are_read_with_their_defaults():
+    model = _Options().eval()
+    x = np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32)
+    with pytest.warns(UserWarning, match=r"mask=None, features=False, mode='mean'.*forward takes \(x\)"):
+        q_model, info = mct.ptq.pytorch_post_training_quantization(model, lambda: iter([[x]]))
+    assert list(inspect.signature(q_model.forward).parameters) == ["x"]
+    assert any("mask=None" in w for w in info.warnings)
+    (expected,) = BACKEND.run(model, [x])
+    (got,) = BACKEND.run(q_model, [x])
+    assert got.shape == expected.shape == (4, 2)
+    np.testing.assert_allclose(got, expected, atol=0.05 * np.abs(expected).max())
+
+
+def test_an_optional_argument_the_data_gives_stays_an_input():
+    model = _Options().eval()
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
+    mask = np.array([[1, 0, 1, 0]] * 4, np.float32)
+    graph, warnings = BACKEND.read(model, [x, mask])
+    assert graph.inputs == ["x", "mask"] and any("features=False" in w for w in warnings)
+    assert not any("mask=None" in w for w in warnings)
+    _assert_same(BACKEND.run(model, [x, mask]), BACKEND.run(BACKEND.build(graph, quantized=False), [x, mask]))
