@@ -23,6 +23,7 @@ setup(
         "scipy>=1.10",
         "networkx>=3.0",
         "tensorboard>=2.14",
+        "google-crc32c>=1.5",  # the event files' checksums in C (tensorboard's are pure Python)
         "matplotlib>=3.7",
         "tqdm>=4.60",
     ],

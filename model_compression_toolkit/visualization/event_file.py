@@ -1,9 +1,14 @@
 """`RunWriter`: one TensorBoard run, written with tensorboard's own event writer.
 
-Records are framed and checksummed by tensorboard's ``RecordWriter`` and written by its
-asynchronous queue, as ``EventFileWriter`` does; the only difference is that the file is
-opened with plain ``open`` instead of ``tensorboard.compat.tf.io.gfile``, which would
-import TensorFlow (seconds) whenever it is installed, even on the PyTorch path.
+Records are written by tensorboard's asynchronous queue, as ``EventFileWriter`` does, in
+the framing of its ``RecordWriter``, with two differences:
+
+- the file is opened with plain ``open`` instead of ``tensorboard.compat.tf.io.gfile``,
+  which would import TensorFlow (seconds) whenever it is installed, even on the PyTorch
+  path;
+- the records' CRC32C checksums come from ``google-crc32c`` (C, the CPU's CRC32
+  instruction) instead of tensorboard's pure-Python one, which takes about 0.28 s per MiB
+  and holds the GIL meanwhile: a ResNet-18 PTQ call logs about 2.5 MiB.
 
 Promises: every event carries the real wall time; `flush` returns once the bytes are in
 the file; a write error reaches the caller (or the ``on_error`` callback) instead of
@@ -16,15 +21,16 @@ import itertools
 import math
 import os
 import socket
+import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import google_crc32c
 import numpy as np
 from tensorboard.compat.proto import config_pb2, event_pb2, graph_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import _AsyncWriter
-from tensorboard.summary.writer.record_writer import RecordWriter
 
 from model_compression_toolkit.visualization.tensorboard import clean_tag, png_size, text_summary_value
 
@@ -61,6 +67,32 @@ class _File:
             self.error = self.error or exc
 
 
+def masked_crc32c(data: bytes) -> int:
+    """The CRC32C of ``data``, masked as TFRecord files store it (the same value as
+    ``tensorboard.compat.tensorflow_stub.pywrap_tensorflow.masked_crc32c``)."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+class _Records:
+    """TFRecord framing, as tensorboard's ``RecordWriter`` writes it (the same bytes), with
+    the C checksum: ``length (uint64) | masked crc of length | data | masked crc of data``."""
+
+    def __init__(self, file: _File) -> None:
+        self.file = file
+
+    def write(self, data: bytes) -> None:
+        header = struct.pack("<Q", len(data))
+        crcs = struct.pack("<I", masked_crc32c(header)), struct.pack("<I", masked_crc32c(data))
+        self.file.write(header + crcs[0] + data + crcs[1])
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
 class _EventFile:
     """tensorboard's RecordWriter behind its async queue, over a plain file with a unique name."""
 
@@ -70,7 +102,7 @@ class _EventFile:
         name = f"events.out.tfevents.{int(time.time()):010d}.{host}.{pid}.{next(_uid)}"
         self.file = _File(os.path.join(logdir, name))
         try:
-            self._queue = _AsyncWriter(RecordWriter(self.file), 64, flush_secs)
+            self._queue = _AsyncWriter(_Records(self.file), 64, flush_secs)
         except BaseException:
             self.file.close()
             raise

@@ -439,3 +439,22 @@ def test_histogram_proto_round_trips_through_the_summary_proto():
     h = tb.histogram_proto(np.array([1, 2]), np.array([0.0, 1.0, 2.0]), count=3)
     value = summary_pb2.Summary.Value(tag="t", histo=h)
     assert summary_pb2.Summary.Value.FromString(value.SerializeToString()).histo.num == 3
+
+
+def test_records_are_the_bytes_tensorboards_record_writer_writes(tmp_path):
+    """The C checksum frames every record exactly as tensorboard's pure-Python one does."""
+    import io
+
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    payloads = [b"", b"x", bytes(range(256)) * 3, np.random.default_rng(0).bytes(100_000)]
+    expected = io.BytesIO()
+    reference = RecordWriter(expected)
+    for data in payloads:
+        reference.write(data)
+    path = tmp_path / "records"
+    records = ef._Records(ef._File(str(path)))
+    for data in payloads:
+        records.write(data)
+    records.close()
+    assert path.read_bytes() == expected.getvalue()
