@@ -244,7 +244,7 @@ def _emit(
     )
     op, target = payload["op"], payload["target"]
     if op == "call_module":
-        module = copy.deepcopy(payload["module"])
+        module = _copy_module(payload["module"], node)
         _load_weights(module, node, quantized, weights)
         if getattr(module, "inplace", None) is True:
             module.inplace = False
@@ -282,6 +282,28 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
     return torch.tensor(array)
 
 
+def _weight_owner(module: nn.Module, node: Node, wname: str) -> tuple[nn.Module, str]:
+    """The submodule holding weight ``wname`` of ``node`` and its attribute name there."""
+    path = ops.WEIGHT_NAMES.get(node.kind, {}).get(wname, wname)
+    owner_path, _, attr = path.rpartition(".")
+    return (module.get_submodule(owner_path) if owner_path else module), attr
+
+
+def _copy_module(module: nn.Module, node: Node) -> nn.Module:
+    """A deep copy of the read module, but for the tensors `_load_weights` replaces at once,
+    which are not copied only to be thrown away."""
+    memo: dict[int, Any] = {}
+    for wname in node.weights:
+        try:
+            owner, attr = _weight_owner(module, node, wname)
+        except AttributeError:
+            continue
+        current = getattr(owner, attr, None)
+        if isinstance(current, torch.Tensor):
+            memo[id(current)] = current
+    return copy.deepcopy(module, memo)
+
+
 def _load_weights(
     module: nn.Module, node: Node, quantized: bool, weights: Mapping[str, Mapping[str, np.ndarray]] | None
 ) -> None:
@@ -292,11 +314,8 @@ def _load_weights(
     graph's own or freshly quantized ones, so the models built from one graph (the PTQ
     result, the similarity's quantized and local models) hold one copy of the weights.
     """
-    names = ops.WEIGHT_NAMES.get(node.kind, {})
     for wname in node.weights:
-        path = names.get(wname, wname)
-        owner_path, _, attr = path.rpartition(".")
-        owner = module.get_submodule(owner_path) if owner_path else module
+        owner, attr = _weight_owner(module, node, wname)
         current = getattr(owner, attr, None)
         tensor = _tensor(np.asarray(node_weight(node, wname, quantized, weights)))
         if isinstance(current, torch.Tensor):
