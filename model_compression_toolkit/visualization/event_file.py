@@ -8,7 +8,7 @@ the framing of its ``RecordWriter``, with two differences:
   path;
 - the records' CRC32C checksums come from ``google-crc32c`` (C, the CPU's CRC32
   instruction) instead of tensorboard's pure-Python one, which takes about 0.28 s per MiB
-  and holds the GIL meanwhile: a ResNet-18 PTQ call logs about 2.5 MiB.
+  and holds the GIL meanwhile: a ResNet-18 PTQ call logs about 2 MiB.
 
 Promises: every event carries the real wall time; `flush` returns once the bytes are in
 the file; a write error reaches the caller (or the ``on_error`` callback) instead of
@@ -94,7 +94,8 @@ class _Records:
 
 
 class _EventFile:
-    """tensorboard's RecordWriter behind its async queue, over a plain file with a unique name."""
+    """TFRecord framing (`_Records`) behind tensorboard's async queue, over a plain file with a
+    unique name."""
 
     def __init__(self, logdir: str, flush_secs: float = 120) -> None:
         os.makedirs(logdir, exist_ok=True)
