@@ -129,8 +129,11 @@ def assign_quantization(graph: Graph, config: QuantizationConfig, keep_float: Se
         elif node.weights:
             q.weights_float_reason = "weights of this layer type are not quantized"
         reason = _NO_OUTPUT_QUANT.get(node.kind)
-        if reason is None and node.kind == OpKind.INPUT and not _floating(node.attrs.get("dtype")):
-            reason = f"a non-floating-point input ({node.attrs['dtype']}: ids, indices, integer pixels): not quantized"
+        dtype = node.attrs.get("dtype")
+        if reason is None and node.kind == OpKind.INPUT and dtype == "non-tensor":
+            reason = "a non-tensor argument (a number, a flag): not quantized"
+        elif reason is None and node.kind == OpKind.INPUT and not _floating(dtype):
+            reason = f"a non-floating-point input ({dtype}: ids, indices, integer pixels): not quantized"
         fused = _fused_into(graph, node)
         if reason is None and node.kind in VALUE_PRESERVING:
             reason = "only moves values of its input, which carries the quantization"

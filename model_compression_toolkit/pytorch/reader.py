@@ -58,7 +58,7 @@ def read(model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, 
         given = ", ".join(graph.inputs)
         warnings.append(
             f"{type(model).__name__}.forward was read with "
-            f"{', '.join(f'{k}={v!r}' for k, v in fixed.items())}: the representative data does not "
+            f"{', '.join(f'{name}={default!r}' for _, name, default in fixed)}: the representative data does not "
             f"give {'this argument' if len(fixed) == 1 else 'these arguments'}, so the model is read "
             f"with the default{'' if len(fixed) == 1 else 's'} and the quantized model's forward takes "
             f"({given}). Yield every argument from the representative data to keep it an input."
@@ -66,17 +66,22 @@ def read(model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, 
     return graph, warnings
 
 
-def _fixed_defaults(model: nn.Module, given: int) -> dict[str, Any]:
-    """The ``forward`` arguments after the ``given`` ones whose default is None, a bool or
-    a string, with that default: the values tracing specializes the model to."""
+def _fixed_defaults(model: nn.Module, given: int) -> list[tuple[int, str, Any]]:
+    """(position in the signature, name, default) of each ``forward`` argument after the
+    ``given`` ones whose default is None, a bool or a string: the values tracing
+    specializes the model to."""
     try:
         params = list(inspect.signature(model.forward).parameters.values())
     except (TypeError, ValueError):  # no signature to read: trace every argument
-        return {}
+        return []
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     if any(p.kind not in kinds for p in params):  # *args, **kwargs: leave it to the tracer
-        return {}
-    return {p.name: p.default for p in params[given:] if p.default is None or isinstance(p.default, (bool, str))}
+        return []
+    return [
+        (i, p.name, p.default)
+        for i, p in enumerate(params)
+        if i >= given and (p.default is None or isinstance(p.default, (bool, str)))
+    ]
 
 
 def _private_copy(model: nn.Module) -> nn.Module:
@@ -96,9 +101,10 @@ def _private_copy(model: nn.Module) -> nn.Module:
     return work
 
 
-def _trace(model: nn.Module, fixed: dict[str, Any]) -> fx.GraphModule:
+def _trace(model: nn.Module, fixed: list[tuple[int, str, Any]]) -> fx.GraphModule:
+    """``model`` traced, the ``fixed`` arguments (`_fixed_defaults`) as their defaults."""
     try:
-        gm = fx.symbolic_trace(model, concrete_args=fixed or None)
+        gm = fx.symbolic_trace(model, concrete_args={name: default for _, name, default in fixed} or None)
     except Exception as e:
         raise ModelReadError(
             f"torch.fx could not trace {type(model).__name__}: {type(e).__name__}: {e}. Expected a "
@@ -106,8 +112,7 @@ def _trace(model: nn.Module, fixed: dict[str, Any]) -> fx.GraphModule:
             "that part in a leaf module (a torch.fx.Tracer with is_leaf_module)."
         ) from e
     if fixed:
-        names = list(inspect.signature(model.forward).parameters)
-        _drop_specialization_checks(gm, [names.index(name) for name in fixed])
+        _drop_specialization_checks(gm, [position for position, _, _ in fixed])
     return gm
 
 
