@@ -84,7 +84,7 @@ FUNCTION_KINDS: dict[Any, Entry] = {
     torch.softmax: (OpKind.SOFTMAX, None),
     **{
         fn: (OpKind.POOL, None)
-        for fn in (F.max_pool1d, F.max_pool2d, F.avg_pool1d, F.avg_pool2d)
+        for fn in (F.max_pool1d, F.max_pool2d, F.avg_pool1d, F.avg_pool2d, torch.max_pool1d, torch.max_pool2d)
         + (F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_max_pool1d, F.adaptive_max_pool2d)
     },
     F.dropout: (OpKind.DROPOUT, None),

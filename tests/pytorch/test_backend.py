@@ -475,6 +475,37 @@ def test_extra_output_is_not_overwritten_by_an_inplace_relu():
     _assert_same([seen["bn"]], [bn])
 
 
+class MaxPools(nn.Module):
+    """Every form of 2-D max pooling, each followed by a ``.view`` that needs a
+    channels-first contiguous tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.MaxPool2d(3, 2, 1)
+        self.odd = nn.MaxPool2d(2, ceil_mode=True, dilation=1)
+        self.dilated = nn.MaxPool2d(3, 1, padding=1, dilation=2)
+        self.with_indices = nn.MaxPool2d(2, return_indices=True)
+
+    def forward(self, x):
+        n = x.shape[0]
+        a = self.odd(self.stem(x))
+        b = F.max_pool2d(x, 3, 1, 1) + torch.max_pool2d(x, 3, 1, 1)
+        pooled, indices = self.with_indices(x)
+        return a.view(n, -1), b.view(n, -1), self.dilated(x).view(n, -1), pooled.view(n, -1), indices.view(n, -1)
+
+
+def test_max_pooling_is_reproduced_bit_for_bit():
+    """The built model pools in channels-last order (faster on the CPU) and hands the
+    next layer a channels-first tensor, as the user's model does."""
+    model = MaxPools().eval()
+    sample = [np.random.default_rng(1).standard_normal((2, 5, 15, 13)).astype(np.float32)]
+    graph, warnings = BACKEND.read(model, sample)
+    assert warnings == []
+    got = BACKEND.run(BACKEND.build(graph, quantized=False), sample)
+    for want, value in zip(BACKEND.run(model, sample), got, strict=True):
+        np.testing.assert_array_equal(value, want)
+
+
 @pytest.mark.parametrize("layer", ["conv", "linear"])
 def test_a_new_bias_is_built_and_used(layer):
     torch.manual_seed(0)
