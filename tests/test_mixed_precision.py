@@ -111,3 +111,40 @@ def test_knapsack_matches_brute_force(method):
         assert solver == method
         assert sizes[rows, picked].sum() <= capacity
         assert costs[rows, picked].sum() == pytest.approx(_brute_force(costs, sizes, capacity), rel=1e-9, abs=1e-15)
+
+
+def test_the_budget_check_before_any_work_counts_the_biases_bias_correction_adds(tmp_path):
+    """Layers without a bias get one from bias correction, after the statistics. The check
+    made before any work counts them, so the smallest budget it names is met, not failed
+    once the logs are half written."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, bias=False), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 4, bias=False)
+    ).eval()
+    x = np.random.default_rng(0).standard_normal((16, 3, 8, 8)).astype(np.float32) + 1.0
+
+    def gen():
+        yield [x[:8]]
+        yield [x[8:]]
+
+    def ptq(weights_memory: float):
+        target = mct.core.ResourceUtilization(weights_memory=weights_memory)
+        return mct.ptq.pytorch_post_training_quantization(model, gen, CONFIG, target_resource_utilization=target)
+
+    mct.set_log_folder(tmp_path / "logs")
+    try:
+        with pytest.raises(ResourceBudgetError) as err:
+            ptq(10)
+        # 216 + 1152 kernel values at 2 bits, and 8 + 4 bias values at 32 bits
+        assert "smallest reachable weights memory is 390 bytes" in str(err.value)
+        assert "48 bytes of the zero biases bias correction gives 2 layers" in str(err.value)
+        assert run_folders(tmp_path / "logs") == []
+        _, info = ptq(390)
+    finally:
+        mct.set_log_folder(None)
+    assert info.mixed_precision.weights_memory <= 390
+    assert {layer.bits for layer in info.mixed_precision.layers} == {2}
+    assert len(run_folders(tmp_path / "logs")) == 1

@@ -59,6 +59,17 @@ def set_input_means(graph: Graph, stats: Mapping[str, NodeStatistics]) -> list[s
     return corrected
 
 
+def possible_new_biases(graph: Graph) -> dict[str, int]:
+    """Layer -> values of the zero bias `set_input_means` would give it, for every layer
+    without a bias that it may correct. Whether it does depends on the statistics, so
+    this is what a check made before them must count: an upper bound."""
+    return {
+        node.name: _out_channels(node)
+        for node in graph.nodes()
+        if "kernel" in node.quant.weights and "kernel" in node.kernel_in_axis and "bias" not in node.weights
+    }
+
+
 def corrected_bias(node: Node, quantized_kernel: np.ndarray) -> np.ndarray:
     """The bias that gives ``node``, with ``quantized_kernel``, the float layer's mean output."""
     kernel = node.weights["kernel"]

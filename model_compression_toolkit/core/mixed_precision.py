@@ -49,7 +49,7 @@ import csv
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
@@ -226,18 +226,29 @@ def budget_problem(graph: Graph, candidate_bits: Sequence[int]) -> BudgetProblem
     return BudgetProblem(names, np.asarray(counts, dtype=np.int64), fixed_bits / 8, bits)
 
 
-def check_budget(graph: Graph, target: ResourceUtilization, candidate_bits: Sequence[int]) -> BudgetProblem:
+def check_budget(
+    graph: Graph, target: ResourceUtilization, candidate_bits: Sequence[int], new_biases: Mapping[str, int] | None = None
+) -> BudgetProblem:
     """The budget problem of ``graph``; `ResourceBudgetError` if no choice of bits meets it.
 
     Needs only the prepared graph (no statistics), so it can run before any work or log.
+    ``new_biases`` (layer -> values) are biases that bias correction may add later, counted
+    at 32 bits, so that a budget passing this check is not failed by them afterwards.
     """
     problem = budget_problem(graph, candidate_bits)
+    added = FLOAT_BITS / 8 * sum((new_biases or {}).values())
+    problem.fixed_bytes += added
     smallest = problem.memory(problem.bits[-1])
     if target.weights_memory < smallest:
+        biases = (
+            f", and {added:.0f} bytes of the zero biases bias correction gives {len(new_biases)} layers without one"
+            if added
+            else ""
+        )
         raise ResourceBudgetError(
             f"weights_memory={target.weights_memory:.0f} bytes cannot be met: the smallest reachable weights "
             f"memory is {math.ceil(smallest)} bytes (every quantized layer at {problem.bits[-1]} bits, other "
-            f"weights at 32 bits); with 8-bit weights it is {math.ceil(problem.memory(8))} bytes. Give a "
+            f"weights at 32 bits{biases}); with 8-bit weights it is {math.ceil(problem.memory(8))} bytes. Give a "
             f"budget of at least {math.ceil(smallest)} bytes, or add lower bit-widths to "
             "MixedPrecisionConfig.candidate_bits."
         )

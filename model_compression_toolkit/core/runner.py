@@ -132,9 +132,12 @@ class Session:
         # top of what `run` needs itself (the tuning loop compares every trial).
         self.reference_samples = 0
         if self.target is not None:  # an impossible budget fails now, before any file is written
+            from model_compression_toolkit.core.bias_correction import possible_new_biases
             from model_compression_toolkit.core.mixed_precision import check_budget
 
-            check_budget(self.prepare(), self.target, self.config.mixed_precision_config.candidate_bits)
+            graph = self.prepare()
+            biases = possible_new_biases(graph) if self.config.quantization_config.weights_bias_correction else {}
+            check_budget(graph, self.target, self.config.mixed_precision_config.candidate_bits, biases)
 
     def warn(self, message: str, category: type[Warning] = UserWarning) -> None:
         """Warn the user, log it, and keep it for ``info.warnings``."""
