@@ -46,11 +46,16 @@ class ActivationFakeQuant(nn.Module):
         grid: scalars, or one entry per channel along ``channel_axis``.
         node_name: the graph node whose output this quantizes.
         channel_axis / ndim: where a per-channel grid's entries run, in a tensor of ndim dims.
+        inplace: quantize a float32 input in place when autograd is off, as
+            ``nn.ReLU(inplace=True)`` does: no new tensor of the activation's size.
     """
 
-    def __init__(self, grid: QuantGrid, node_name: str, channel_axis: int | None = None, ndim: int = 0):
+    def __init__(
+        self, grid: QuantGrid, node_name: str, channel_axis: int | None = None, ndim: int = 0, inplace: bool = False
+    ):
         super().__init__()
         self.node_name = node_name
+        self.inplace = inplace
         self.qmin, self.qmax = int(grid.qmin), int(grid.qmax)
         scale, zero_point = np.asarray(grid.scale), np.asarray(grid.zero_point)
         dtype = np.float32  # as activations flow: float64 would double every quantizer's cost
@@ -72,7 +77,8 @@ class ActivationFakeQuant(nn.Module):
         if torch.is_grad_enabled() and y.requires_grad:  # out of place: autograd keeps its inputs
             q = torch.clamp(torch.round(y / self.scale) + self.zero_point, self.qmin, self.qmax)
             return ((q - self.zero_point) * self.scale).to(x.dtype)
-        q = torch.div(y, self.scale)  # one new tensor, then in place: a pass over memory per step
+        # one new tensor (none with inplace), then in place: a pass over memory per step
+        q = y.div_(self.scale) if self.inplace else torch.div(y, self.scale)
         q.round_()
         if self.shifted:
             q.add_(self.zero_point)
@@ -82,7 +88,7 @@ class ActivationFakeQuant(nn.Module):
         return q.mul_(self.scale).to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"node={self.node_name!r}, qmin={self.qmin}, qmax={self.qmax}"
+        return f"node={self.node_name!r}, qmin={self.qmin}, qmax={self.qmax}" + (", inplace=True" if self.inplace else "")
 
 
 class OutputTap(nn.Module):
@@ -211,8 +217,17 @@ def _quantize_output(fx_graph: fx.Graph, node: Node, out: fx.Node, root: dict, t
         return out
     ndim = len(node.output_shapes[0]) if node.output_shapes else 0
     target = targets.claim(f"{node.name.replace('.', '_')}_activation_quant")
-    root[target] = ActivationFakeQuant(act.grid, node.name, node.channel_axis, ndim)
+    root[target] = ActivationFakeQuant(act.grid, node.name, node.channel_axis, ndim, inplace=node.kind in _FRESH_OUTPUT)
     return fx_graph.call_module(target, (out,))
+
+
+# Kinds whose output is a new tensor, never a view of an input or the input itself. The
+# quantizer, its only user, may overwrite it: one activation-sized tensor less at a time.
+_FRESH_OUTPUT = frozenset(
+    {OpKind.CONV, OpKind.CONV_TRANSPOSE, OpKind.DENSE, OpKind.BATCH_NORM, OpKind.LAYER_NORM, OpKind.ACTIVATION}
+    | {OpKind.SOFTMAX, OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.CONCAT, OpKind.ELEMENTWISE, OpKind.POOL}
+    | {OpKind.MEAN}
+)
 
 
 def _emit_tap(fx_graph: fx.Graph, name: str, value: fx.Node, root: dict, targets: _Targets, tap: Tap) -> None:

@@ -373,25 +373,46 @@ def test_quantized_build_matches_numpy_fake_quant():
     _assert_same(BACKEND.run(model, sample), BACKEND.run(BACKEND.build(graph, quantized=False), sample))
 
 
+@pytest.mark.parametrize("inplace", [False, True])
 @pytest.mark.parametrize("shifted", [False, True])
-def test_activation_quantizer_same_with_and_without_autograd(shifted):
+def test_activation_quantizer_same_with_and_without_autograd(shifted, inplace):
     from model_compression_toolkit.core.quantizers import uniform_grid
     from model_compression_toolkit.pytorch.builder import ActivationFakeQuant
 
-    x = torch.from_numpy(np.random.default_rng(5).standard_normal((4, 3, 5, 5)).astype(np.float32) * 3)
+    original = np.random.default_rng(5).standard_normal((4, 3, 5, 5)).astype(np.float32) * 3
+    x = torch.from_numpy(original.copy())
     grid = uniform_grid(-1.3, 4.1, 4) if shifted else symmetric_grid(np.array([1.0, 2.0, 0.5]), 8, signed=True)
-    quantizer = ActivationFakeQuant(grid, "act", channel_axis=1, ndim=4)
-    with torch.no_grad():
-        in_place = quantizer(x)
+    quantizer = ActivationFakeQuant(grid, "act", channel_axis=1, ndim=4, inplace=inplace)
     leaf = x.clone().requires_grad_(True)
     tracked = quantizer(leaf)
-    assert tracked.requires_grad and not in_place.requires_grad
-    tracked.sum().backward()  # the autograd path keeps what backward needs
+    with torch.no_grad():
+        no_grad = quantizer(x)
+    assert tracked.requires_grad and not no_grad.requires_grad
+    tracked.sum().backward()  # the autograd path keeps what backward needs, even with inplace
+    np.testing.assert_array_equal(leaf.detach().numpy(), original)
     grid32 = dataclasses.replace(grid, scale=np.float32(grid.scale), zero_point=np.float32(grid.zero_point))
-    expected = fake_quant(x.numpy(), grid32, (1,) if np.size(grid.scale) > 1 else ())
-    np.testing.assert_array_equal(in_place.numpy(), tracked.detach().numpy())
-    np.testing.assert_allclose(in_place.numpy(), expected, atol=1e-6, rtol=0)
-    assert torch.equal(x, torch.from_numpy(np.random.default_rng(5).standard_normal((4, 3, 5, 5)).astype(np.float32) * 3))
+    expected = fake_quant(original, grid32, (1,) if np.size(grid.scale) > 1 else ())
+    np.testing.assert_array_equal(no_grad.numpy(), tracked.detach().numpy())
+    np.testing.assert_allclose(no_grad.numpy(), expected, atol=1e-6, rtol=0)
+    assert (no_grad.data_ptr() == x.data_ptr()) is inplace  # as nn.ReLU(inplace=True): x is overwritten
+    if not inplace:
+        np.testing.assert_array_equal(x.numpy(), original)
+
+
+def test_quantizers_overwrite_only_tensors_no_one_else_holds():
+    """A quantizer works in place on a layer's new output (one tensor less at a time),
+    never on the model's input, which the caller holds, or on a view of it."""
+    from model_compression_toolkit.pytorch.builder import ActivationFakeQuant
+
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 4), nn.ReLU()).eval()
+    x = np.random.default_rng(6).standard_normal((4, 3, 2, 2)).astype(np.float32)
+    original = x.copy()
+    q_model, _ = mct.ptq.pytorch_post_training_quantization(model, lambda: iter([[x]]))
+    with torch.no_grad():
+        q_model(torch.from_numpy(x))  # shares x's memory
+    np.testing.assert_array_equal(x, original)
+    inplace = {m.node_name: m.inplace for m in q_model.modules() if isinstance(m, ActivationFakeQuant)}
+    assert inplace == {"input_1": False, "2": True}, inplace  # the input's and the fused linear+relu's
 
 
 def test_quantizer_name_says_which_node():
