@@ -14,7 +14,7 @@ Layer outputs are large, so the sums behind the metrics are taken block by block
 each sample (`MetricSums`): a block stays in cache while it is read, and float32 blocks
 are summed in float32 by BLAS, each block's sums then added in float64. A block whose
 float32 sums could have lost precision (a non-finite value, an overflow, or a sum so
-small it may have underflowed) is summed again in float64.
+small it may have underflowed, unless the block is all zeros) is summed again in float64.
 """
 
 from __future__ import annotations
@@ -74,7 +74,9 @@ def _block_sums(x: np.ndarray, y: np.ndarray) -> tuple[tuple[float, float, float
             max_abs = float(np.max(np.abs(d)))
             sums = (float(x @ x), float(y @ y), float(x @ y), float(d @ d))
         xx, yy, _, dd = sums
-        if math.isfinite(max_abs) and all(map(math.isfinite, sums)) and min(xx, yy) > _TINY:
+        # one block all zeros (a quantizer rounded it down) is exact too: its sums are 0
+        both = min(xx, yy) > _TINY or (max(xx, yy) > _TINY and not (y if yy == 0.0 else x).any())
+        if math.isfinite(max_abs) and all(map(math.isfinite, sums)) and both:
             if dd > _TINY or max_abs == 0.0:
                 return sums, max_abs, True
     x64, y64 = _finite64(x), _finite64(y)

@@ -65,6 +65,8 @@ def test_long_float32_rows_match_float64_sums(magnitude):
     step = np.float32(magnitude / 40)
     b = (np.round(a / step) * step).astype(np.float32)
     b[2, :, :8] = np.float32(np.inf)  # a non-finite stretch counts as zero
+    b[1, :24] = 0  # a quantizer's zeros over a whole block of 64K values
+    b[1, 24:48] = np.float32(magnitude * 1e-20)  # values whose float32 squares underflow
     m = compare(a, b)
     cosine, sqnr, mse, max_abs = _float64_metrics(a, b)
     np.testing.assert_allclose(m.cosine, cosine, rtol=0, atol=2e-7)
