@@ -185,7 +185,7 @@ def build(
         if node.name in values:
             continue
         inputs = [values[e.src] for e in graph.in_edges(node.name)]
-        out = _emit(fx_graph, node, inputs, root, targets, quantized, weights)
+        out = _emit(fx_graph, node, inputs, root, targets, quantized, weights, _owns_input(graph, node, tapped))
         if quantized:
             out = _quantize_output(fx_graph, node, out, root, targets)
         values[node.name] = out
@@ -236,6 +236,25 @@ def _emit_tap(fx_graph: fx.Graph, name: str, value: fx.Node, root: dict, targets
     fx_graph.call_module(target, (value,))
 
 
+# Activation modules whose in-place form autograd can still differentiate.
+_INPLACE_SAFE = (nn.ReLU, nn.ReLU6, nn.Hardtanh)
+
+
+def _owns_input(graph: Graph, node: Node, tapped: set[str]) -> bool:
+    """Whether ``node`` is the only reader of its one input, a new tensor that nothing
+    else keeps (not a model output, not tapped): ``conv -> relu`` may then work in place."""
+    edges = graph.in_edges(node.name)
+    if len(edges) != 1:
+        return False
+    src = graph.node(edges[0].src)
+    return (
+        src.kind in _FRESH_OUTPUT
+        and graph.consumers_count(src.name) == 1
+        and src.name not in tapped
+        and not graph.is_output(src.name)
+    )
+
+
 def _emit(
     fx_graph: fx.Graph,
     node: Node,
@@ -244,8 +263,10 @@ def _emit(
     targets: _Targets,
     quantized: bool,
     weights: Mapping[str, Mapping[str, np.ndarray]] | None,
+    owns_input: bool = False,
 ) -> fx.Node:
-    """Add the fx node computing ``node`` from ``inputs``."""
+    """Add the fx node computing ``node`` from ``inputs``. ``owns_input``: nothing else reads
+    the input (`_owns_input`), so a ReLU, ReLU6 or Hardtanh module works in place on it."""
     payload = node.payload
     if payload is None:
         if node.kind in (OpKind.IDENTITY, OpKind.DROPOUT) and len(inputs) == 1:
@@ -262,8 +283,8 @@ def _emit(
     if op == "call_module":
         module = _copy_module(payload["module"], node)
         _load_weights(module, node, quantized, weights)
-        if getattr(module, "inplace", None) is True:
-            module.inplace = False
+        if getattr(module, "inplace", None) is not None:
+            module.inplace = owns_input and type(module) in _INPLACE_SAFE
         target = targets.claim(node.name)
         root[target] = module
     elif op == "get_attr":

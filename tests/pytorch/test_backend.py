@@ -496,6 +496,34 @@ def test_extra_output_is_not_overwritten_by_an_inplace_relu():
     _assert_same([seen["bn"]], [bn])
 
 
+
+class SharedConvOutput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.conv2 = nn.Conv2d(3, 4, 3), nn.Conv2d(3, 4, 3)
+        self.relu, self.relu6 = nn.ReLU(), nn.ReLU6(inplace=True)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.relu(y), y * 2, self.relu6(self.conv2(x))  # y is read twice
+
+
+def test_an_activation_works_in_place_only_on_a_tensor_it_alone_reads():
+    model = SharedConvOutput().eval()
+    sample = [np.random.default_rng(4).standard_normal((2, 3, 6, 6)).astype(np.float32)]
+    graph, _ = BACKEND.read(model, sample)
+    built = BACKEND.build(graph, quantized=False)
+    for want, got in zip(BACKEND.run(model, sample), BACKEND.run(built, sample), strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert built.get_submodule("relu").inplace is False  # conv's output is read again
+    assert built.get_submodule("relu6").inplace is True  # conv2's output: one tensor less
+    assert model.relu6.inplace is True and model.relu.inplace is False  # the user's modules as they were
+    tapped = BACKEND.build(graph, quantized=False, extra_outputs=["conv2"])
+    assert tapped.get_submodule("relu6").inplace is False
+    conv2 = BACKEND.run(tapped, sample)[-1]
+    assert (conv2 < 0).any()
+
+
 class MaxPools(nn.Module):
     """Every form of 2-D max pooling, each followed by a ``.view`` that needs a
     channels-first contiguous tensor."""
