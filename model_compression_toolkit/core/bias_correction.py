@@ -46,8 +46,7 @@ def set_input_means(graph: Graph, stats: Mapping[str, NodeStatistics]) -> list[s
     corrected = []
     for node in graph.nodes():
         node.quant.input_mean = None
-        cfg = node.quant.weights.get("kernel")
-        if cfg is None or "kernel" not in node.kernel_in_axis:
+        if not _correctable(node):
             continue
         mean = _input_mean(graph, node, stats)
         if mean is None:
@@ -66,8 +65,14 @@ def possible_new_biases(graph: Graph) -> dict[str, int]:
     return {
         node.name: _out_channels(node)
         for node in graph.nodes()
-        if "kernel" in node.quant.weights and "kernel" in node.kernel_in_axis and "bias" not in node.weights
+        if _correctable(node) and "bias" not in node.weights
     }
+
+
+def _correctable(node: Node) -> bool:
+    """Whether ``node`` has a quantized kernel whose input-channel axis its backend named:
+    a layer bias correction corrects when the statistics describe its input."""
+    return "kernel" in node.quant.weights and "kernel" in node.kernel_in_axis
 
 
 def corrected_bias(node: Node, quantized_kernel: np.ndarray) -> np.ndarray:
