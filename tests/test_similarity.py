@@ -145,6 +145,9 @@ def test_the_statistics_pass_gives_the_comparison_its_float_side(fw, trained_dig
         counts = [acc.Histograms(f"{layer.name}/{side}")[0].histogram_value.num for side in ("float", "quantized")
                   for acc in (first, second)]  # fmt: skip
         assert len(set(counts)) == 1, (layer.name, counts)
+        # over the cap too, the float side is the statistics pass's histogram: not binned again
+        kept_float, chunked_float = (acc.Histograms(f"{layer.name}/float")[0].histogram_value for acc in (first, second))
+        assert kept_float.bucket_limit == chunked_float.bucket_limit and kept_float.bucket == chunked_float.bucket
     for a, b in zip(kept.similarity.layers, chunked.similarity.layers):  # batches of 8 vs chunks of other
         assert a.name == b.name  # sizes: float sums differ in the last bits, a rare value rounds the other way
         np.testing.assert_allclose(a.cosine_per_sample, b.cosine_per_sample, rtol=1e-4)

@@ -304,8 +304,7 @@ def analyze(
     plan = Comparison.of(float_graph, q_graph)
     points, local = plan.points, plan.local
     chunks = float_chunks(backend, float_graph, plan, data, samples, memory_cap, reference)
-    covered = reference is not None and reference.covers(plan.float_names, samples)
-    float_histograms = reference.histograms_of(samples) if covered else {}
+    float_histograms = reference.histograms_of(samples) if reference is not None else {}
     accumulators = [
         _PointAccumulator(p, q_graph.node(p.name), (stats or {}).get(p.name), float_histograms.get(p.name))
         for p in points

@@ -178,9 +178,10 @@ class Session:
         if samples <= 0:
             return None
         plan = Comparison.of(self.initial, graph)
-        if not plan.keeps_reference(samples, self.config.debug_config.similarity_memory_cap):
-            return None  # over the cap: the comparison runs the float model again, in chunks
-        return FloatReference(plan.float_names, samples)
+        # over the cap, only the float histograms are kept: the comparison runs the float
+        # model again, in chunks, but does not bin its outputs
+        keep = plan.keeps_reference(samples, self.config.debug_config.similarity_memory_cap)
+        return FloatReference(plan.float_names, samples, keep=keep)
 
     def _collect(
         self, graph: Graph, names: list[str], reference_samples: int
@@ -195,7 +196,7 @@ class Session:
         source, recorder = self.initial, self._recorder(graph, reference_samples)
         if any(ref not in self.initial for ref in refs.values()):  # not expected: measure graph itself
             source, recorder, refs = graph, None, {n: n for n in names}
-        outputs = list(dict.fromkeys([*refs.values(), *(recorder.names if recorder else [])]))
+        outputs = list(dict.fromkeys([*refs.values(), *(recorder.names if recorder and recorder.keep else [])]))
         bins = self.config.quantization_config.histogram_bins
         collectors = {n: StatisticsCollector(bins, graph.node(n).channel_axis) for n in names}
         model = self.backend.build(source, quantized=False, extra_outputs=outputs)

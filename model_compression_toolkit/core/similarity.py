@@ -170,13 +170,18 @@ class FloatReference:
     ``statistics pass -> add(batch, outputs) -> chunks() -> quantized and local passes``.
     The batches are kept as they came (only the last one is cut), so nothing is copied.
 
+    When the outputs do not fit the memory cap, ``keep=False`` keeps none of them, only the
+    float histograms of the first samples: the comparison then runs the float model again
+    but does not bin its outputs.
+
     Args:
         names: the float-graph nodes whose outputs are kept.
         samples: how many samples to keep (fewer when the data holds fewer).
+        keep: whether to keep the inputs and outputs, or only count the samples seen.
     """
 
-    def __init__(self, names: list[str], samples: int) -> None:
-        self.names, self.wanted = list(names), int(samples)
+    def __init__(self, names: list[str], samples: int, keep: bool = True) -> None:
+        self.names, self.wanted, self.keep = list(names), int(samples), keep
         self.samples = 0
         self._chunks: list[Chunk] = []
         # node -> (counts, edges): the histogram of its float output on exactly the kept
@@ -200,16 +205,18 @@ class FloatReference:
         take = min(self.room, batch)
         if take <= 0:
             return
+        self.samples += take
+        if not self.keep:
+            return
 
         def cut(a: np.ndarray) -> np.ndarray:  # a copy, so that the rest of the batch is let go
             return np.array(a[:take]) if take < batch and has_batch_axis(a, batch) else a
 
         self._chunks.append(([cut(a) for a in inputs], {n: cut(outputs[n]) for n in self.names}))
-        self.samples += take
 
     def covers(self, names: list[str], samples: int) -> bool:
         """Whether the first ``samples`` samples of the data and the outputs ``names`` are all here."""
-        return samples <= self.wanted and set(names) <= set(self.names)
+        return self.keep and samples <= self.wanted and set(names) <= set(self.names)
 
     def chunks(self, samples: int, chunk: int | None = None) -> Iterator[Chunk]:
         """The kept batches, cut after the first ``samples`` samples and into pieces of at
