@@ -106,7 +106,14 @@ class OutputTap(nn.Module):
 
 
 class _Targets:
-    """Unique attribute paths in the built module: dotted paths must not cross a leaf."""
+    """Unique attribute paths in the built module: dotted paths must not cross a leaf, and
+    torch.fx must be able to write each part into its generated code.
+
+    fx writes a part that is not an identifier as ``getattr(self, "<part>")``, unescaped: a
+    backslash, a double quote or a control character in a module name (torch accepts
+    them) would make the generated code look up another name. Those characters become
+    ``_`` in the built module's attribute path; the node keeps the user's name.
+    """
 
     _RESERVED = frozenset(dir(fx.GraphModule)) | {"training", "graph", "code", "meta"}
 
@@ -115,6 +122,7 @@ class _Targets:
         self.containers: set[str] = set()
 
     def claim(self, wanted: str) -> str:
+        wanted = "".join(c if c.isprintable() and c not in '"\\' else "_" for c in wanted)
         flat, k = wanted.replace(".", "_"), 1
         candidate = wanted
         while not self._free(candidate):

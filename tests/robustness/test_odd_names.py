@@ -99,11 +99,13 @@ def test_layer_names_that_collide_once_cleaned_stay_distinct_graph_nodes(fw, tmp
     assert set(names) <= set(acc.Tags()["histograms"])
 
 
-def test_a_torch_name_that_torch_fx_cannot_trace_gets_a_typed_error_and_writes_nothing(tmp_path):
-    """torch accepts a module named with a double quote but torch.fx cannot generate code
-    for it: the PTQ call fails with ModelReadError naming the model, before writing."""
+@pytest.mark.parametrize("name", ['dq"x', "new\nline"])
+def test_a_torch_name_that_torch_fx_cannot_trace_gets_a_typed_error_and_writes_nothing(tmp_path, name):
+    """torch accepts a module named with a double quote or a newline but torch.fx cannot
+    generate code for it: the PTQ call fails with ModelReadError naming the model, before
+    writing."""
     pytest.importorskip("torch")
-    model = _torch_model(['dq"x'])
+    model = _torch_model([name])
     mct.set_log_folder(tmp_path / "logs")
     x = np.zeros((2, 8), np.float32)
     with pytest.raises(ModelReadError, match="could not trace"):
@@ -111,22 +113,23 @@ def test_a_torch_name_that_torch_fx_cannot_trace_gets_a_typed_error_and_writes_n
     assert list((tmp_path / "logs").iterdir()) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pytorch/builder.py keeps the user's module names as attribute targets of the built "
-    'fx.GraphModule and torch.fx writes them unescaped into getattr(self, "..."): a backslash '
-    "name reads fine but the built model looks up '\\x08ack' and raises an untyped AttributeError "
-    "while collecting statistics",
-)
 def test_a_torch_module_name_with_a_backslash_is_quantized(tmp_path):
-    """torch accepts a module named ``\\back``: it is read, quantized and logged under that name."""
+    """torch accepts a module named ``\\back``, and torch.fx writes it unescaped into the
+    code of the models we build (``getattr(self, "\\back")`` looks up a backspace): the
+    layer is still read, quantized, reported and logged under its own name, and the
+    quantized model computes the float one up to quantization error."""
     pytest.importorskip("torch")
-    model = _torch_model(["\\back", "ok"])
+    import torch
+
+    name = "\\back"
+    model = _torch_model([name, "ok"])
     mct.set_log_folder(tmp_path)
     x = np.random.default_rng(2).standard_normal((8, 8)).astype(np.float32)
-    _, info = mct.ptq.pytorch_post_training_quantization(
-        model, lambda: [[x]], mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
-    )
-    assert "\\back" in info.layers
+    q_model, info = mct.ptq.pytorch_post_training_quantization(model, lambda: [[x]])
+    assert name in info.layers
+    assert [layer.name for layer in info.similarity.layers if layer.name == name]
+    with torch.no_grad():
+        expected, got = model(torch.from_numpy(x)).numpy(), q_model(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, expected, atol=0.05 * np.abs(expected).max())
     (run,) = run_folders(tmp_path)
-    assert "\\back" in load(run / "after_statistics_collection").Tags()["histograms"]
+    assert name in load(run / "after_statistics_collection").Tags()["histograms"]
