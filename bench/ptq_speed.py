@@ -112,8 +112,9 @@ def main() -> None:
 
     def model_passes():
         """What the analysis cannot do without: the quantized and the local model over the
-        samples, in the chunks the analysis runs (the statistics pass's batches), with no
-        reduction of their outputs. Returns a function that runs them."""
+        samples, with no reduction of their outputs, in the statistics pass's batches (the
+        chunks the analysis runs when the float outputs fit the memory cap; otherwise it
+        also runs the float model again). Returns a function that runs them."""
         from model_compression_toolkit.core.analysis import Comparison
         from model_compression_toolkit.core.runner import Session, produced_graph
 
