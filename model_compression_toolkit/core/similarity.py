@@ -195,7 +195,8 @@ class FloatReference:
         return self.wanted - self.samples
 
     def histograms_of(self, samples: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """The float histograms of the first ``samples`` samples, when those are what was kept."""
+        """The float histograms of the first ``samples`` samples, when those are the samples
+        the histograms were taken on (``keep`` or not)."""
         return (self.histograms or {}) if samples >= self.samples else {}
 
     def add(self, inputs: list[np.ndarray], outputs: dict[str, np.ndarray]) -> None:
