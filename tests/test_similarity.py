@@ -11,6 +11,7 @@ import model_compression_toolkit as mct
 from model_compression_toolkit.core.analysis import Comparison
 from model_compression_toolkit.core.metrics import SQNR_CEILING_DB
 from model_compression_toolkit.core.runner import Session, produced_graph
+from model_compression_toolkit.core.similarity import FloatReference
 from model_compression_toolkit.visualization.tensorboard import device_name
 from tests.tb import load, run_folders
 from tutorials import digits
@@ -177,6 +178,28 @@ def test_the_float_side_is_kept_when_it_fits_beside_one_sample_of_the_quantized_
         assert a.name == b.name
         np.testing.assert_allclose(a.cosine_per_sample, b.cosine_per_sample, rtol=1e-5)
         np.testing.assert_allclose(a.local_sqnr_db or 0, b.local_sqnr_db or 0, rtol=1e-4)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_the_float_histograms_serve_only_a_comparison_of_exactly_their_samples(keep):
+    """The statistics pass takes the float histograms on the first samples it was asked to
+    record: a comparison of fewer or more samples bins its float outputs itself, unless
+    the data held fewer samples than asked for (then every comparison sees just those)."""
+
+    def recorded(batches: int) -> FloatReference:
+        reference = FloatReference(["a"], 20, keep=keep)
+        for _ in range(batches):
+            x = np.zeros((8, 2), np.float32)
+            reference.add([x], {"a": x})
+        reference.histograms = {"a": (np.ones(2), np.arange(3.0))}
+        return reference
+
+    full, short = recorded(3), recorded(1)  # 20 of 24 samples; the data's only 8
+    assert full.samples == 20 and short.samples == 8
+    assert list(full.histograms_of(20)) == ["a"]
+    assert full.histograms_of(19) == {} and full.histograms_of(33) == {}
+    assert list(short.histograms_of(8)) == list(short.histograms_of(33)) == ["a"]
+    assert short.histograms_of(5) == {}
 
 
 @pytest.mark.parametrize("samples", [1, 33])

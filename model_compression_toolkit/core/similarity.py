@@ -19,7 +19,7 @@ Layer outputs are reduced to metrics and histograms as they are produced.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,6 +92,11 @@ class LocalGraph:
 
     graph: Graph
     feeds: list[tuple[str, str | int]]
+
+    def inputs(self, data: list[np.ndarray], float_outputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The local model's inputs for one chunk: its model inputs ``data`` and the float
+        model's outputs on them."""
+        return [float_outputs[ref] if kind == "float" else data[ref] for kind, ref in self.feeds]
 
 
 def local_graph(q_graph: Graph, points: list[ComparePoint]) -> LocalGraph:
@@ -196,8 +201,10 @@ class FloatReference:
 
     def histograms_of(self, samples: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """The float histograms of the first ``samples`` samples, when those are the samples
-        the histograms were taken on (``keep`` or not)."""
-        return (self.histograms or {}) if samples >= self.samples else {}
+        the histograms were taken on (``keep`` or not): as many, or more when the data
+        ran out before the samples wanted."""
+        exact = samples == self.samples or self.samples < samples and self.room > 0
+        return (self.histograms or {}) if exact else {}
 
     def add(self, inputs: list[np.ndarray], outputs: dict[str, np.ndarray]) -> None:
         """Keep the part of one batch that falls within the first ``samples`` samples (an
