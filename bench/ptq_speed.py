@@ -130,7 +130,7 @@ def main() -> None:
             x = b[: min(left, len(b))]
             left -= len(x)
             f_out = dict(zip(plan.float_names, backend.run(float_model, [x])[skip:]))
-            feeds = [f_out[ref] if kind == "float" else [x][ref] for kind, ref in plan.local.feeds]
+            feeds = plan.local.inputs([x], f_out)
             chunks.append((x, feeds))
             if not left:
                 break

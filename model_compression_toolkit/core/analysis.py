@@ -331,7 +331,7 @@ def analyze(
         q_tap.float_outputs = local_tap.float_outputs = f_out
         backend.run(q_model, chunk)
         if local_model is not None:
-            feeds = [f_out[ref] if kind == "float" else chunk[ref] for kind, ref in local.feeds]
+            feeds = local.inputs(chunk, f_out)
             backend.run(local_model, feeds)
             del feeds
         seen += len(chunk[0])

@@ -359,7 +359,7 @@ def measure_sensitivities(
             session.reference,
         )  # fmt: skip
         for data, f_out in chunks:
-            feeds = [f_out[ref] if kind == "float" else data[ref] for kind, ref in first.feeds]
+            feeds = first.inputs(data, f_out)
             signal = {p.name: _power(f_out[p.reference]) for p in points if p.local}
             for b, model in models.items():
                 l_out = dict(zip(out_names, backend.run(model, feeds)))
