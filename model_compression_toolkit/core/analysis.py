@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -246,13 +247,16 @@ def float_chunks(
     in chunks that keep the outputs held at once under ``memory_cap`` (`Comparison.chunk_size`).
 
     From ``reference`` when it holds them (no float pass at all), else from a float pass
-    over a fresh iteration of the data.
+    over a fresh iteration of the data (on the layers of the statistics pass's model, when
+    ``reference`` kept it).
     """
     names = plan.float_names
     if reference is not None and reference.covers(names, samples):
         yield from reference.chunks(samples, plan.chunk_size(samples, memory_cap, reference=True))
         return
-    model = backend.build(float_graph, quantized=False, extra_outputs=names)
+    model = backend.build(
+        float_graph, quantized=False, extra_outputs=names, share=reference.model if reference is not None else None
+    )
     skip = len(float_graph.outputs)
     for inputs in sample_chunks(data.samples(samples), plan.chunk_size(samples, memory_cap)):
         yield inputs, dict(zip(names, backend.run(model, inputs)[skip:]))
@@ -287,6 +291,7 @@ def analyze(
     stats: Mapping[str, NodeStatistics] | None = None,
     reference: FloatReference | None = None,
     weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    q_model: Any = None,
 ) -> SimilarityResult:
     """Compare the float model (``float_graph``, before preparation) with the quantized one.
 
@@ -300,6 +305,8 @@ def analyze(
         reference: the float outputs kept by the statistics pass; the float model runs
             only when it does not hold what the comparison reads.
         weights: quantized weights already computed (node -> weight name -> array).
+        q_model: the model built from ``q_graph`` with ``weights``, whose layers the
+            analysis's quantized model reuses where the backend can (`Backend.build`).
     """
     plan = Comparison.of(float_graph, q_graph)
     points, local = plan.points, plan.local
@@ -314,7 +321,7 @@ def analyze(
     # runs would gain nothing: the model already keeps every core busy.
     q_tap, local_tap = _Router(accumulators, local=False), _Router(accumulators, local=True)
     q_model = backend.build(
-        q_graph, quantized=True, extra_outputs=list(q_tap.by_name), weights=weights, tap=q_tap
+        q_graph, quantized=True, extra_outputs=list(q_tap.by_name), weights=weights, tap=q_tap, share=q_model
     )
     local_model = None
     if local.graph.outputs:

@@ -55,6 +55,7 @@ class Backend(Protocol):
         extra_outputs: Sequence[str] = (),
         weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
         tap: Tap | None = None,
+        share: Any = None,
     ) -> Any:
         """Build a model from ``graph``.
 
@@ -71,6 +72,11 @@ class Backend(Protocol):
         than held with all the others. PyTorch calls it as soon as the output is computed;
         Keras, whose functional models hold every tensor of a call until it returns, when
         the call returns. The array is only valid during the call to ``tap``.
+
+        ``share``: a model this backend built from the same ``graph`` object with the same
+        ``quantized`` and ``weights``, whose layers the new model may reuse instead of
+        making its own (Keras does: a build copies every weight; PyTorch's models already
+        share the graph's weights and its builds are cheap, so it ignores ``share``).
         """
 
     def run(self, model: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -200,6 +200,8 @@ class Session:
         bins = self.config.quantization_config.histogram_bins
         collectors = {n: StatisticsCollector(bins, graph.node(n).channel_axis) for n in names}
         model = self.backend.build(source, quantized=False, extra_outputs=outputs)
+        if recorder is not None and not recorder.keep:  # the comparison runs it again
+            recorder.model = model
         n_outputs = len(source.outputs)
         batches = tqdm(self.data.batches(), desc="Collecting statistics", unit="batch", leave=False)
         for index, batch in enumerate(batches):
@@ -249,11 +251,13 @@ class Session:
         remember(q_model, graph)
         return q_model
 
-    def analyze(self, graph: Graph, weights: QuantizedWeights | None = None) -> SimilarityResult:
+    def analyze(
+        self, graph: Graph, weights: QuantizedWeights | None = None, q_model: Any = None
+    ) -> SimilarityResult:
         debug = self.config.debug_config
         return analyze(
             self.backend, self.initial, graph, self.data, debug.similarity_samples,
-            debug.similarity_memory_cap, self.statistics(graph), self.reference, weights,
+            debug.similarity_memory_cap, self.statistics(graph), self.reference, weights, q_model,
         )  # fmt: skip
 
     def quantize(self, keep_float: Sequence[KeepFloat] | None = None, similarity: bool = False) -> Trial:
@@ -262,7 +266,7 @@ class Session:
         self.select_thresholds(graph)
         trial = Trial(graph, self.build(graph))
         if similarity:
-            trial.similarity = self.analyze(graph)
+            trial.similarity = self.analyze(graph, q_model=trial.q_model)
         return trial
 
     def _reference_samples(self, run: RunContext) -> int:
@@ -306,7 +310,7 @@ class Session:
         q_model = self.build(graph, quantized_weights)
         similarity = None
         if self.config.debug_config.analyze_similarity and run.folder is not None:
-            similarity = self.analyze(graph, quantized_weights)
+            similarity = self.analyze(graph, quantized_weights, q_model)
             self._write(similarity.report.write, run.folder)
             LOG.info(similarity.report.summary())
         _report(

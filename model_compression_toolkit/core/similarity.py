@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -176,8 +177,9 @@ class FloatReference:
     The batches are kept as they came (only the last one is cut), so nothing is copied.
 
     When the outputs do not fit the memory cap, ``keep=False`` keeps none of them, only the
-    float histograms of the first samples: the comparison then runs the float model again
-    but does not bin its outputs.
+    float histograms of the first samples and the statistics pass's model (``model``): the
+    comparison then runs the float model again, on that model's layers, and does not bin
+    its outputs.
 
     Args:
         names: the float-graph nodes whose outputs are kept.
@@ -187,6 +189,7 @@ class FloatReference:
 
     def __init__(self, names: list[str], samples: int, keep: bool = True) -> None:
         self.names, self.wanted, self.keep = list(names), int(samples), keep
+        self.model: Any = None  # with keep=False: the float model the statistics pass ran
         self.samples = 0
         self._chunks: list[Chunk] = []
         # node -> (counts, edges): the histogram of its float output on exactly the kept

@@ -61,8 +61,9 @@ class KerasBackend:
         extra_outputs: Sequence[str] = (),
         weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
         tap: Tap | None = None,
+        share: Any = None,
     ) -> Any:
-        return builder.build(graph, quantized, extra_outputs, weights, tap)
+        return builder.build(graph, quantized, extra_outputs, weights, tap, share)
 
     def run(self, model: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """All outputs of ``model`` in inference mode, flattened, as numpy arrays (none

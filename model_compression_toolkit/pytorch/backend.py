@@ -59,7 +59,9 @@ class PytorchBackend:
         extra_outputs: Sequence[str] = (),
         weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
         tap: Tap | None = None,
+        share: Any = None,
     ) -> nn.Module:
+        # ``share`` is not needed: the models built from one graph hold its weights once
         return builder.build(graph, quantized, extra_outputs, weights, tap)
 
     def run(self, model: nn.Module, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -21,7 +21,12 @@ from model_compression_toolkit.core.quant_config import (  # noqa: E402
     ActivationQuantConfig,
     WeightsQuantConfig,
 )
-from model_compression_toolkit.core.quantizers import fake_quant, symmetric_grid, uniform_grid  # noqa: E402
+from model_compression_toolkit.core.quantizers import (  # noqa: E402
+    QuantizedWeights,
+    fake_quant,
+    symmetric_grid,
+    uniform_grid,
+)
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError  # noqa: E402
 from model_compression_toolkit.keras.backend import KerasBackend  # noqa: E402
 
@@ -398,6 +403,29 @@ def test_a_tap_gets_the_extra_outputs_and_the_model_returns_nothing():
     assert list(got) == names
     for name, want in zip(names, expected):
         np.testing.assert_array_equal(got[name], want)
+
+
+def test_a_build_shares_the_layers_of_a_model_built_from_the_same_graph_and_weights():
+    """The similarity analysis's quantized model is wired over the returned model's layers
+    (no layer made, no weight copied again) and computes the same; a model built from
+    other weights, or in float, is not shared."""
+    model, x = dense_model(), batch(6)
+    graph, _ = B.read(model, [x])
+    quantize_by_hand(graph)
+    weights = QuantizedWeights(graph)
+    q_model = B.build(graph, True, weights=weights)
+    before = B.run(q_model, [x])[0]
+    got = {}
+    tapped = B.build(
+        graph, True, extra_outputs=["relu"], weights=weights, tap=lambda n, v: got.setdefault(n, v.copy()), share=q_model
+    )
+    assert {id(layer) for layer in tapped.model.layers} <= {id(layer) for layer in q_model.layers}
+    B.run(tapped, [x])
+    np.testing.assert_array_equal(got["relu"], B.run(B.build(graph, True, extra_outputs=["relu"]), [x])[1])
+    np.testing.assert_array_equal(B.run(q_model, [x])[0], before)
+    own = {id(layer) for layer in q_model.layers}
+    for other in (B.build(graph, True, weights=QuantizedWeights(graph), share=q_model), B.build(graph, False, share=q_model)):
+        assert not {id(layer) for layer in other.layers} & own
 
 
 # ------------------------------------------------------------------------ real architectures
