@@ -320,7 +320,7 @@ def analyze(
     # model's outputs are ever held together. Reducing on another thread while the model
     # runs would gain nothing: the model already keeps every core busy.
     q_tap, local_tap = _Router(accumulators, local=False), _Router(accumulators, local=True)
-    q_model = backend.build(
+    quantized_model = backend.build(
         q_graph, quantized=True, extra_outputs=list(q_tap.by_name), weights=weights, tap=q_tap, share=q_model
     )
     local_model = None
@@ -336,7 +336,7 @@ def analyze(
     seen = 0
     for chunk, f_out in chunks:
         q_tap.float_outputs = local_tap.float_outputs = f_out
-        backend.run(q_model, chunk)
+        backend.run(quantized_model, chunk)
         if local_model is not None:
             feeds = local.inputs(chunk, f_out)
             backend.run(local_model, feeds)
