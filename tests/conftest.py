@@ -15,6 +15,7 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import model_compression_toolkit as mct  # noqa: E402
+from tests.fixtures.trained import load_trained  # noqa: E402
 from tutorials import digits  # noqa: E402
 
 
@@ -24,7 +25,6 @@ class Framework:
     channels_last: bool
     ptq: Callable[..., Any]
     make_digits_cnn: Callable[[], Any]
-    train: Callable[..., Any]
     predict: Callable[[Any], Callable[[np.ndarray], np.ndarray]]
 
     def data(self):
@@ -34,11 +34,11 @@ class Framework:
 FRAMEWORKS = {
     "pytorch": Framework(
         "pytorch", False, mct.ptq.pytorch_post_training_quantization,
-        digits.torch_digits_cnn, digits.train_torch, digits.torch_predict,
+        digits.torch_digits_cnn, digits.torch_predict,
     ),
     "keras": Framework(
         "keras", True, mct.ptq.keras_post_training_quantization,
-        digits.keras_digits_cnn, digits.train_keras, digits.keras_predict,
+        digits.keras_digits_cnn, digits.keras_predict,
     ),
 }  # fmt: skip
 
@@ -53,10 +53,11 @@ _TRAINED: dict[str, Any] = {}
 
 @pytest.fixture
 def trained_digits(fw):
-    """(model, x_train, x_test, y_test): the digits CNN trained once per framework per session."""
-    x_train, y_train, x_test, y_test = fw.data()
+    """(model, x_train, x_test, y_test): the digits CNN with the shipped trained weights
+    (`tests.fixtures.trained`: the same model on every machine), loaded once per session."""
+    x_train, _, x_test, y_test = fw.data()
     if fw.name not in _TRAINED:
-        _TRAINED[fw.name] = fw.train(fw.make_digits_cnn(), x_train, y_train, epochs=15)
+        _TRAINED[fw.name] = load_trained(fw.name)
     return _TRAINED[fw.name], x_train, x_test, y_test
 
 

@@ -46,14 +46,17 @@ def damaged(fw, trained_digits):
 def test_tuning_keeps_the_damaged_layer_float_and_logs_every_trial(fw, trained_digits, tmp_path):
     bad, culprit, gen, evaluate = damaged(fw, trained_digits)
     mct.set_log_folder(tmp_path)
-    config = mct.core.TuningConfig(max_drop=1.0, max_trials=3)
+    # 1.5 points (6 of 397 test images): plain PTQ drops about 50, keeping the culprit float
+    # about 2.3, and keeping the next group float too about 0.6, so a few images more or less
+    # on another CPU change no verdict
+    config = mct.core.TuningConfig(max_drop=1.5, max_trials=3)
     q_model, info = tuned_ptq(fw)(bad, gen, evaluate, config, PER_TENSOR)
 
     tuning = info.tuning
     best = tuning.best
     assert tuning.target_met and 2 <= len(tuning.trials) <= 3, tuning.summary()
     assert culprit in best.kept_float, tuning.summary()
-    assert tuning.trials[0].drop > 1.0 and best.drop <= 1.0
+    assert tuning.trials[0].drop > 1.5 and best.drop <= 1.5
     assert evaluate(q_model) == pytest.approx(best.score)
     assert info.float_layers[culprit] == "kept in float by a KeepFloat rule"
     assert info.similarity.layer(culprit).local_sqnr_db > 30
@@ -92,7 +95,7 @@ def test_target_not_met_warns_and_returns_the_best_trial(fw, trained_digits):
 
 def test_relative_drop_without_log_folder(fw, trained_digits, tmp_path):
     bad, culprit, gen, evaluate = damaged(fw, trained_digits)
-    config = mct.core.TuningConfig(max_drop=0.02, relative=True, max_trials=3)
+    config = mct.core.TuningConfig(max_drop=0.03, relative=True, max_trials=3)
     q_model, info = tuned_ptq(fw)(bad, gen, evaluate, config, PER_TENSOR)
     tuning = info.tuning
     assert tuning.relative and tuning.target_met and culprit in tuning.best.kept_float
