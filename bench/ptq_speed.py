@@ -100,8 +100,8 @@ def main() -> None:
         return run
 
     def plotting():  # every image of the similarity run, as it draws them
-        from model_compression_toolkit.core.runner import produced_graph
-        from model_compression_toolkit.visualization import similarity as view
+        from model_compression_toolkit.observers import similarity_view as view
+        from model_compression_toolkit.pipeline.session import produced_graph
 
         report, q_model = reports[-1]
         plots = view.CosinePlots(report)
@@ -115,8 +115,8 @@ def main() -> None:
         samples, with no reduction of their outputs, in the statistics pass's batches (the
         chunks the analysis runs when the float outputs fit the memory cap; otherwise it
         also runs the float model again). Returns a function that runs them."""
-        from model_compression_toolkit.core.analysis import Comparison
-        from model_compression_toolkit.core.runner import Session, produced_graph
+        from model_compression_toolkit.core.similarity.analysis import Comparison
+        from model_compression_toolkit.pipeline.session import Session, produced_graph
 
         report, q_model = reports[-1]
         session = Session(model, gen, mct.core.CoreConfig(), args.framework)

@@ -53,7 +53,7 @@ def import_tool(tool: str, mode: str):
             import PIL.Image  # noqa: F401
             from matplotlib import colormaps  # noqa: F401
 
-            import model_compression_toolkit.visualization.sink  # noqa: F401
+            import model_compression_toolkit.observers.tensorboard  # noqa: F401
 
         if Path(mct.__file__).resolve().parent != REPO / "model_compression_toolkit":
             raise RuntimeError(f"expected our package from {REPO}; got {mct.__file__}")

@@ -6,8 +6,8 @@
 """
 
 from model_compression_toolkit import core, errors, ptq
-from model_compression_toolkit.core.runner import analyze_similarity
-from model_compression_toolkit.logger import get_log_folder, set_log_folder
+from model_compression_toolkit.observers.log_folder import get_log_folder, set_log_folder
+from model_compression_toolkit.pipeline.session import analyze_similarity
 from model_compression_toolkit.ptq import (
     keras_post_training_quantization,
     pytorch_post_training_quantization,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from model_compression_toolkit.core.bias_correction import mean_shift
+from model_compression_toolkit.core.calibration.bias_correction import mean_shift
 from model_compression_toolkit.errors import ConfigurationError
 
 RNG = np.random.default_rng(0)
@@ -135,7 +135,7 @@ def test_layers_whose_input_mean_is_unknown_are_left_alone():
     (the statistics hold one mean per channel, not per flattened value) keep their bias;
     the conv and the linear layer after a 1x1 pool are corrected."""
     torch = pytest.importorskip("torch")
-    from model_compression_toolkit.core.runner import produced_graph
+    from model_compression_toolkit.pipeline.session import produced_graph
 
     nn = torch.nn
 

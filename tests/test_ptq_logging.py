@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from model_compression_toolkit.core.stage import STAGES
+from model_compression_toolkit.pipeline.events import STAGES
 from tests.tb import load, resources, run_folders
 from tutorials.digits import representative_dataset
 

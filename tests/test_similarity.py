@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from model_compression_toolkit.core.analysis import Comparison
-from model_compression_toolkit.core.metrics import SQNR_CEILING_DB
-from model_compression_toolkit.core.runner import Session, produced_graph
-from model_compression_toolkit.core.similarity import FloatReference
-from model_compression_toolkit.visualization.tensorboard import device_name
+from model_compression_toolkit.core.similarity.analysis import Comparison
+from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB
+from model_compression_toolkit.core.similarity.plan import FloatReference
+from model_compression_toolkit.observers.protos import device_name
+from model_compression_toolkit.pipeline.session import Session, produced_graph
 from tests.tb import load, run_folders
 from tutorials import digits
 from tutorials.digits import representative_dataset

@@ -106,7 +106,7 @@ def parse_args() -> argparse.Namespace:
 def tuned_ptq(fw: Framework) -> Callable[..., Any] | None:
     """The framework's tuned PTQ function, or None when this version of the library lacks it."""
     try:
-        import model_compression_toolkit.core.tuning  # noqa: F401
+        import model_compression_toolkit.pipeline.tuning  # noqa: F401
     except ImportError:
         return None
     return getattr(mct.ptq, fw.tuned_ptq_name, None)

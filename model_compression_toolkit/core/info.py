@@ -12,7 +12,7 @@ import numpy as np
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.memory import graph_memory, total
 from model_compression_toolkit.core.quant_config import QuantGrid
-from model_compression_toolkit.core.report import SimilarityReport
+from model_compression_toolkit.core.similarity.report import SimilarityReport
 
 
 def _floats(values: Any) -> list[float] | float | None:

@@ -7,7 +7,7 @@ tensor and activation counts at its chosen bit-width (biases and float layers st
 from __future__ import annotations
 
 from model_compression_toolkit.core.graph import VALUE_PRESERVING, Graph, Node, OpKind
-from model_compression_toolkit.core.stage import NodeMemory
+from model_compression_toolkit.pipeline.events import NodeMemory
 
 FLOAT_BITS = 32
 

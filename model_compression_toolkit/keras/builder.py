@@ -22,8 +22,8 @@ import keras
 import numpy as np
 
 from model_compression_toolkit.core.backend import Tap
+from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights, node_weight
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
-from model_compression_toolkit.core.quantizers import QuantizedWeights, node_weight
 from model_compression_toolkit.errors import GraphValidationError, ModelReadError
 from model_compression_toolkit.keras import ops
 from model_compression_toolkit.keras.layers import ActivationFakeQuant

@@ -7,7 +7,7 @@ from typing import Any
 
 from model_compression_toolkit.core.config import CoreConfig, ResourceUtilization, TuningConfig
 from model_compression_toolkit.core.info import QuantizationInfo
-from model_compression_toolkit.core.runner import post_training_quantization
+from model_compression_toolkit.pipeline.session import post_training_quantization
 
 
 def pytorch_post_training_quantization(
@@ -80,7 +80,7 @@ def pytorch_tuned_post_training_quantization(
         The best quantized model found and a `QuantizationInfo` whose ``tuning`` holds
         every trial. Each evaluation is a TensorBoard run in the call's log folder.
     """
-    from model_compression_toolkit.core.tuning import tuned_post_training_quantization
+    from model_compression_toolkit.pipeline.tuning import tuned_post_training_quantization
 
     return tuned_post_training_quantization(
         in_module, representative_data_gen, evaluate, tuning_config, core_config, "pytorch"
@@ -106,7 +106,7 @@ def keras_tuned_post_training_quantization(
     Returns:
         The best quantized model found and a `QuantizationInfo` with ``tuning``.
     """
-    from model_compression_toolkit.core.tuning import tuned_post_training_quantization
+    from model_compression_toolkit.pipeline.tuning import tuned_post_training_quantization
 
     return tuned_post_training_quantization(
         in_model, representative_data_gen, evaluate, tuning_config, core_config, "keras"

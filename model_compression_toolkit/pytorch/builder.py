@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from model_compression_toolkit.core.backend import Tap
+from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights, node_weight
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import QuantGrid
-from model_compression_toolkit.core.quantizers import QuantizedWeights, node_weight
 from model_compression_toolkit.errors import GraphValidationError, LayerSelectionError
 from model_compression_toolkit.pytorch import ops
 from model_compression_toolkit.pytorch.ops import Ref, map_structure

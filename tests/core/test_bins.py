@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from model_compression_toolkit.core.bins import MAX_BINS, AnchoredBins
-from model_compression_toolkit.core.statistics import StatisticsCollector
+from model_compression_toolkit.core.calibration.bins import MAX_BINS, AnchoredBins
+from model_compression_toolkit.core.calibration.statistics import StatisticsCollector
 
 FAST = settings(max_examples=60, deadline=None)
 finite = st.floats(-1e6, 1e6, allow_nan=False, width=32)

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from model_compression_toolkit.core.metrics import SQNR_CEILING_DB, compare
+from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB, compare
 
 
 def test_identical_tensors_give_cosine_one_and_the_sqnr_ceiling():

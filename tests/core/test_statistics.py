@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from model_compression_toolkit.core.statistics import NodeStatistics, StatisticsCollector
+from model_compression_toolkit.core.calibration.statistics import NodeStatistics, StatisticsCollector
 
 FAST = settings(max_examples=40, deadline=None)
 

@@ -8,17 +8,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from model_compression_toolkit.core.config import QuantizationErrorMethod as QE
-from model_compression_toolkit.core.config import QuantizationMethod as QM
-from model_compression_toolkit.core.quant_config import ActivationQuantConfig, WeightsQuantConfig
-from model_compression_toolkit.core.quantizers import MIN_THRESHOLD, channel_view, fake_quant, symmetric_grid
-from model_compression_toolkit.core.statistics import StatisticsCollector
-from model_compression_toolkit.core.thresholds import (
+from model_compression_toolkit.core.calibration.quantizers import (
+    MIN_THRESHOLD,
+    channel_view,
+    fake_quant,
+    symmetric_grid,
+)
+from model_compression_toolkit.core.calibration.statistics import StatisticsCollector
+from model_compression_toolkit.core.calibration.thresholds import (
     fill_activation_config,
     fill_weights_config,
     histogram_error,
     quantization_error,
 )
+from model_compression_toolkit.core.config import QuantizationErrorMethod as QE
+from model_compression_toolkit.core.config import QuantizationMethod as QM
+from model_compression_toolkit.core.quant_config import ActivationQuantConfig, WeightsQuantConfig
 
 FAST = settings(max_examples=30, deadline=None)
 CLIPPING = [QE.MSE, QE.MAE, QE.LP]
@@ -143,7 +148,7 @@ def test_keras_layout_channels_last_and_per_tensor():
 )
 def test_large_weights_quantize_like_the_direct_formula(shape, axes):
     """Big tensors are quantized block by block; the result is the formula's, bit for bit."""
-    from model_compression_toolkit.core.quantizers import uniform_grid
+    from model_compression_toolkit.core.calibration.quantizers import uniform_grid
 
     rng = np.random.default_rng(4)
     w = (rng.standard_normal(shape) * 0.1).astype(np.float32)

@@ -94,7 +94,7 @@ def heaviest_node(logged: LoggedRun) -> str:
 
 
 def _graphs_expected(logged: LoggedRun) -> list[str]:
-    from model_compression_toolkit.core.stage import STAGES
+    from model_compression_toolkit.pipeline.events import STAGES
 
     nodes = [n.name for n in load(logged.run / "quantized_graph").Graph().node]
     return [*(logged.name(s) for s in STAGES), "Resources", *nodes, "Node Stats", "Memory"]

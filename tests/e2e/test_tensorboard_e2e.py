@@ -16,7 +16,7 @@ import pytest
 from google.protobuf import text_format
 from tensorboard.compat.proto import config_pb2, graph_pb2
 
-from model_compression_toolkit.core.stage import STAGES
+from model_compression_toolkit.pipeline.events import STAGES
 from tests.e2e import browser
 from tests.e2e.screenshots import DASHBOARDS, LoggedRun, capture, heaviest_node, quantize_with_logging
 from tests.e2e.server import TensorBoard, tensorboard

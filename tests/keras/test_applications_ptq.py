@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from model_compression_toolkit.core.stage import STAGES
+from model_compression_toolkit.pipeline.events import STAGES
 from tests.tb import load, run_folders
-from tutorials.digits import representative_dataset
+from tutorials.digits import digits_data, representative_dataset
 
 keras = pytest.importorskip("keras")
 
@@ -54,10 +54,6 @@ def test_quantized_digits_model_saves_and_loads_bit_identical(trained_digits_ker
 
 @pytest.fixture
 def trained_digits_keras():
-    from tests.conftest import _TRAINED, FRAMEWORKS
+    from tests.fixtures.trained import load_trained
 
-    fw = FRAMEWORKS["keras"]
-    x_train, y_train, _, _ = fw.data()
-    if "keras" not in _TRAINED:
-        _TRAINED["keras"] = fw.train(fw.make_digits_cnn(), x_train, y_train, epochs=15)
-    return _TRAINED["keras"], x_train
+    return load_trained("keras"), digits_data(channels_last=True)[0]

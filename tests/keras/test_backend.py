@@ -14,18 +14,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 keras = pytest.importorskip("keras")
 L = keras.layers
 
+from model_compression_toolkit.core.calibration.quantizers import (  # noqa: E402
+    QuantizedWeights,
+    fake_quant,
+    symmetric_grid,
+    uniform_grid,
+)
 from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod  # noqa: E402
 from model_compression_toolkit.core.graph import OpKind  # noqa: E402
 from model_compression_toolkit.core.preparation import fold_batch_norms, remove_no_ops  # noqa: E402
 from model_compression_toolkit.core.quant_config import (  # noqa: E402
     ActivationQuantConfig,
     WeightsQuantConfig,
-)
-from model_compression_toolkit.core.quantizers import (  # noqa: E402
-    QuantizedWeights,
-    fake_quant,
-    symmetric_grid,
-    uniform_grid,
 )
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError  # noqa: E402
 from model_compression_toolkit.keras.backend import KerasBackend  # noqa: E402

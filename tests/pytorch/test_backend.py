@@ -16,10 +16,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import model_compression_toolkit as mct
+from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights, fake_quant, symmetric_grid
 from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod
 from model_compression_toolkit.core.graph import OpKind
 from model_compression_toolkit.core.quant_config import ActivationQuantConfig, WeightsQuantConfig
-from model_compression_toolkit.core.quantizers import QuantizedWeights, fake_quant, symmetric_grid
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError
 from model_compression_toolkit.pytorch.backend import PytorchBackend
 
@@ -376,7 +376,7 @@ def test_quantized_build_matches_numpy_fake_quant():
 @pytest.mark.parametrize("inplace", [False, True])
 @pytest.mark.parametrize("shifted", [False, True])
 def test_activation_quantizer_same_with_and_without_autograd(shifted, inplace):
-    from model_compression_toolkit.core.quantizers import uniform_grid
+    from model_compression_toolkit.core.calibration.quantizers import uniform_grid
     from model_compression_toolkit.pytorch.builder import ActivationFakeQuant
 
     original = np.random.default_rng(5).standard_normal((4, 3, 5, 5)).astype(np.float32) * 3

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import model_compression_toolkit as mct
-from model_compression_toolkit.core.stage import STAGES
+from model_compression_toolkit.pipeline.events import STAGES
 from tests.tb import load
 
 REPO = Path(__file__).resolve().parents[2]

@@ -297,7 +297,7 @@ def test_set_log_folder_on_a_file_fails_and_changes_nothing(tmp_path, case):
     assert str(bad) in str(err.value) and "None" in str(err.value)
     assert a_file.read_bytes() == b"not a folder"
     assert tree(tmp_path) == before
-    assert mct.logger.get_log_folder() == good
+    assert mct.get_log_folder() == good
 
 
 def test_after_a_refused_log_folder_ptq_logs_nowhere(fw, model, batch, tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from model_compression_toolkit.visualization import event_file
+from model_compression_toolkit.observers import event_file
 from tests.robustness.helpers import no_similarity
 from tests.tb import load, run_folders
 

@@ -29,12 +29,10 @@ from typing import Any
 import numpy as np
 
 from model_compression_toolkit.core.graph import Graph
-from model_compression_toolkit.core.stage import NodeMemory, StageReport
-from model_compression_toolkit.logger import safe_run_path
-from model_compression_toolkit.visualization.event_file import NullRunWriter, RunWriter
-from model_compression_toolkit.visualization.mixed_precision import write_bit_widths
-from model_compression_toolkit.visualization.similarity import error_devices, metric_attrs, write_similarity
-from model_compression_toolkit.visualization.tensorboard import (
+from model_compression_toolkit.observers.event_file import NullRunWriter, RunWriter
+from model_compression_toolkit.observers.log_folder import safe_run_path
+from model_compression_toolkit.observers.mixed_precision_view import write_bit_widths
+from model_compression_toolkit.observers.protos import (
     RESOURCES_TAG,
     finite_values,
     graph_def,
@@ -42,6 +40,8 @@ from model_compression_toolkit.visualization.tensorboard import (
     histogram_proto,
     run_metadata,
 )
+from model_compression_toolkit.observers.similarity_view import error_devices, metric_attrs, write_similarity
+from model_compression_toolkit.pipeline.events import NodeMemory, StageReport
 
 PER_CHANNEL = ("min_per_channel", "max_per_channel", "mean_per_channel")
 WEIGHT_BINS = 256

@@ -38,7 +38,7 @@ from tensorboard.plugins.text import metadata as text_metadata
 
 from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.core.quant_config import WeightsQuantConfig
-from model_compression_toolkit.core.stage import NodeMemory
+from model_compression_toolkit.pipeline.events import NodeMemory
 
 RESOURCES_TAG = "Resources"
 ALLOCATOR = "weights_and_activation"

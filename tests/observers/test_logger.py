@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from model_compression_toolkit import logger as mct_logger
-from model_compression_toolkit.core.stage import STAGES, NullSink
 from model_compression_toolkit.errors import LogFolderError
-from model_compression_toolkit.logger import get_log_folder, ptq_run, set_log_folder
-from model_compression_toolkit.visualization import event_file as ef
-from model_compression_toolkit.visualization.sink import TensorBoardSink
-from tests.visualization.test_tensorboard import load, make_graph, make_reports
+from model_compression_toolkit.observers import event_file as ef
+from model_compression_toolkit.observers import log_folder as mct_logger
+from model_compression_toolkit.observers.log_folder import get_log_folder, ptq_run, set_log_folder
+from model_compression_toolkit.observers.tensorboard import TensorBoardSink
+from model_compression_toolkit.pipeline.events import STAGES, NullSink
+from tests.observers.test_tensorboard import load, make_graph, make_reports
 
 LIB = logging.getLogger("model_compression_toolkit")
 

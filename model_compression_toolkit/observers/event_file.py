@@ -32,7 +32,7 @@ import numpy as np
 from tensorboard.compat.proto import config_pb2, event_pb2, graph_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import _AsyncWriter
 
-from model_compression_toolkit.visualization.tensorboard import clean_tag, png_size, text_summary_value
+from model_compression_toolkit.observers.protos import clean_tag, png_size, text_summary_value
 
 _uid = itertools.count()
 

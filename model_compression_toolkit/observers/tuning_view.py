@@ -21,22 +21,22 @@ from typing import TYPE_CHECKING
 
 from tensorboard.compat.proto import summary_pb2
 
-from model_compression_toolkit.core.analysis import PairHistogram
 from model_compression_toolkit.core.graph import Graph
-from model_compression_toolkit.core.report import SimilarityReport
-from model_compression_toolkit.core.stage import NodeMemory
-from model_compression_toolkit.visualization.event_file import RunWriter
-from model_compression_toolkit.visualization.similarity import error_devices, metric_attrs
-from model_compression_toolkit.visualization.sink import markdown_table
-from model_compression_toolkit.visualization.tensorboard import (
+from model_compression_toolkit.core.similarity.analysis import PairHistogram
+from model_compression_toolkit.core.similarity.report import SimilarityReport
+from model_compression_toolkit.observers.event_file import RunWriter
+from model_compression_toolkit.observers.protos import (
     RESOURCES_TAG,
     graph_def,
     histogram_proto,
     run_metadata,
 )
+from model_compression_toolkit.observers.similarity_view import error_devices, metric_attrs
+from model_compression_toolkit.observers.tensorboard import markdown_table
+from model_compression_toolkit.pipeline.events import NodeMemory
 
 if TYPE_CHECKING:
-    from model_compression_toolkit.core.tuning import TuningResult
+    from model_compression_toolkit.pipeline.tuning import TuningResult
 
 ACCURACY_TAG = "tuning/accuracy"
 DROP_TAG = "tuning/drop"

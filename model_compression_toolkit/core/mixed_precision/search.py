@@ -57,19 +57,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from model_compression_toolkit.core.analysis import Comparison, float_chunks
+from model_compression_toolkit.core.calibration.quantizers import fake_quant
+from model_compression_toolkit.core.calibration.thresholds import fill_weights_config
 from model_compression_toolkit.core.config import ResourceUtilization
 from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.core.memory import FLOAT_BITS, graph_memory, total
-from model_compression_toolkit.core.metrics import SQNR_CEILING_DB
 from model_compression_toolkit.core.quant_config import NodeQuantConfig, WeightsQuantConfig
-from model_compression_toolkit.core.quantizers import fake_quant
-from model_compression_toolkit.core.similarity import ComparePoint, _local_group, local_graph, sample_chunks
-from model_compression_toolkit.core.thresholds import fill_weights_config
+from model_compression_toolkit.core.similarity.analysis import Comparison, float_chunks
+from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB
+from model_compression_toolkit.core.similarity.plan import (
+    ComparePoint,
+    _local_group,
+    local_graph,
+    sample_chunks,
+)
 from model_compression_toolkit.errors import ResourceBudgetError
 
 if TYPE_CHECKING:
-    from model_compression_toolkit.core.runner import Session
+    from model_compression_toolkit.pipeline.session import Session
 
 LOG = logging.getLogger("model_compression_toolkit")
 JSON_FILE, CSV_FILE = "mixed_precision.json", "mixed_precision.csv"

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from model_compression_toolkit.core.metrics import SQNR_CEILING_DB
+from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB
 
 # Error classes by SQNR in dB (local where available): colours the quantized graph.
 ERROR_CLASS_THRESHOLDS_DB = {"low": 30.0, "medium": 15.0}

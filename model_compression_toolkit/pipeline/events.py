@@ -12,9 +12,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from model_compression_toolkit.core.analysis import SimilarityResult
+from model_compression_toolkit.core.calibration.statistics import NodeStatistics
 from model_compression_toolkit.core.graph import Graph
-from model_compression_toolkit.core.statistics import NodeStatistics
+from model_compression_toolkit.core.similarity.analysis import SimilarityResult
 
 STAGES = (
     "initial_graph",

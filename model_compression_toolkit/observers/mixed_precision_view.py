@@ -16,9 +16,9 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from model_compression_toolkit.core.mixed_precision import MixedPrecisionResult
-from model_compression_toolkit.visualization.event_file import RunWriter
-from model_compression_toolkit.visualization.tensorboard import figure_to_png
+from model_compression_toolkit.core.mixed_precision.search import MixedPrecisionResult
+from model_compression_toolkit.observers.event_file import RunWriter
+from model_compression_toolkit.observers.protos import figure_to_png
 
 BITS_TAG = "Weights final bit-width config"
 REPORT_TAG = "mixed_precision/report"

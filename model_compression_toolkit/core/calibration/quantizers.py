@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from model_compression_toolkit.core.bias_correction import corrected_bias
+from model_compression_toolkit.core.calibration.bias_correction import corrected_bias
 from model_compression_toolkit.core.quant_config import QuantGrid
 
 if TYPE_CHECKING:

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod
-from model_compression_toolkit.core.quant_config import ActivationQuantConfig, QuantGrid, WeightsQuantConfig
-from model_compression_toolkit.core.quantizers import (
+from model_compression_toolkit.core.calibration.quantizers import (
     MIN_THRESHOLD,
     channel_view,
     power_of_two_ceil,
     symmetric_grid,
     uniform_grid,
 )
-from model_compression_toolkit.core.statistics import NodeStatistics
+from model_compression_toolkit.core.calibration.statistics import NodeStatistics
+from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod
+from model_compression_toolkit.core.quant_config import ActivationQuantConfig, QuantGrid, WeightsQuantConfig
 
 _MIN_EXP = int(np.log2(MIN_THRESHOLD))  # smallest power-of-two threshold
 # fine search levels of the weights' symmetric threshold: (step in octaves, steps tried)

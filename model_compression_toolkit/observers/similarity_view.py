@@ -24,12 +24,16 @@ from matplotlib.figure import Figure
 from matplotlib.transforms import ScaledTranslation
 from tensorboard.compat.proto import summary_pb2
 
-from model_compression_toolkit.core.analysis import PairHistogram, SimilarityResult
+from model_compression_toolkit.core.calibration.quantizers import fake_quant
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
-from model_compression_toolkit.core.quantizers import fake_quant
-from model_compression_toolkit.core.report import ERROR_CLASS_THRESHOLDS_DB, LayerSimilarity, SimilarityReport
-from model_compression_toolkit.visualization.event_file import RunWriter
-from model_compression_toolkit.visualization.tensorboard import PaletteCanvas, canvas_png, histogram_proto
+from model_compression_toolkit.core.similarity.analysis import PairHistogram, SimilarityResult
+from model_compression_toolkit.core.similarity.report import (
+    ERROR_CLASS_THRESHOLDS_DB,
+    LayerSimilarity,
+    SimilarityReport,
+)
+from model_compression_toolkit.observers.event_file import RunWriter
+from model_compression_toolkit.observers.protos import PaletteCanvas, canvas_png, histogram_proto
 
 DPI = 90
 MAX_FILTERS = 64

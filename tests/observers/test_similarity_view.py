@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator as ea
 
-from model_compression_toolkit.core.analysis import PairHistogram, SimilarityResult
+from model_compression_toolkit.core.calibration.quantizers import symmetric_grid
 from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import NodeQuantConfig, WeightsQuantConfig
-from model_compression_toolkit.core.quantizers import symmetric_grid
-from model_compression_toolkit.core.report import LayerSimilarity, SimilarityReport
-from model_compression_toolkit.visualization import similarity as sim
-from model_compression_toolkit.visualization.event_file import RunWriter
-from model_compression_toolkit.visualization.tensorboard import png_size
+from model_compression_toolkit.core.similarity.analysis import PairHistogram, SimilarityResult
+from model_compression_toolkit.core.similarity.report import LayerSimilarity, SimilarityReport
+from model_compression_toolkit.observers import similarity_view as sim
+from model_compression_toolkit.observers.event_file import RunWriter
+from model_compression_toolkit.observers.protos import png_size
 
 SYM, MSE = QuantizationMethod.SYMMETRIC, QuantizationErrorMethod.MSE
 SAMPLES = 20

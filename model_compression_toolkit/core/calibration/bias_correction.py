@@ -24,8 +24,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from model_compression_toolkit.core.calibration.statistics import NodeStatistics
 from model_compression_toolkit.core.graph import Edge, Graph, Node, OpKind
-from model_compression_toolkit.core.statistics import NodeStatistics
 
 # Ops between a layer and the node whose statistics describe its input: they move values
 # without changing them, so the mean of each channel carries over (a flatten of 1x1 maps).

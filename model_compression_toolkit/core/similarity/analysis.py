@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 
 from model_compression_toolkit.core.backend import Backend
-from model_compression_toolkit.core.bins import AnchoredBins
+from model_compression_toolkit.core.calibration.bins import AnchoredBins
+from model_compression_toolkit.core.calibration.statistics import NodeStatistics
 from model_compression_toolkit.core.data import RepresentativeData
 from model_compression_toolkit.core.graph import Graph, Node
-from model_compression_toolkit.core.metrics import MetricSums, SampleMetrics, blocks, sample_rows
-from model_compression_toolkit.core.report import LayerSimilarity, SimilarityReport
-from model_compression_toolkit.core.similarity import (
+from model_compression_toolkit.core.similarity.metrics import MetricSums, SampleMetrics, blocks, sample_rows
+from model_compression_toolkit.core.similarity.plan import (
     LOCAL_SUFFIX,
     Chunk,
     ComparePoint,
@@ -27,7 +27,7 @@ from model_compression_toolkit.core.similarity import (
     local_graph,
     sample_chunks,
 )
-from model_compression_toolkit.core.statistics import NodeStatistics
+from model_compression_toolkit.core.similarity.report import LayerSimilarity, SimilarityReport
 
 BYTES_PER_VALUE = 4
 

@@ -21,23 +21,23 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from model_compression_toolkit.core.analysis import Comparison, SimilarityResult, analyze
 from model_compression_toolkit.core.backend import get_backend
-from model_compression_toolkit.core.bias_correction import set_input_means
+from model_compression_toolkit.core.calibration.bias_correction import set_input_means
+from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
+from model_compression_toolkit.core.calibration.statistics import NodeStatistics, StatisticsCollector
+from model_compression_toolkit.core.calibration.thresholds import fill_activation_config, fill_weights_config
 from model_compression_toolkit.core.config import CoreConfig, DebugConfig, KeepFloat, ResourceUtilization
 from model_compression_toolkit.core.data import RepresentativeData
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.memory import graph_memory
 from model_compression_toolkit.core.preparation import assign_quantization, prepare_graph
-from model_compression_toolkit.core.quantizers import QuantizedWeights
 from model_compression_toolkit.core.selection import check_rules
-from model_compression_toolkit.core.similarity import FloatReference, has_batch_axis
-from model_compression_toolkit.core.stage import StageReport, StageSink
-from model_compression_toolkit.core.statistics import NodeStatistics, StatisticsCollector
-from model_compression_toolkit.core.thresholds import fill_activation_config, fill_weights_config
+from model_compression_toolkit.core.similarity.analysis import Comparison, SimilarityResult, analyze
+from model_compression_toolkit.core.similarity.plan import FloatReference, has_batch_axis
 from model_compression_toolkit.errors import ConfigurationError, InputMismatchError, ModelReadError
-from model_compression_toolkit.logger import RunContext, ptq_run
+from model_compression_toolkit.observers.log_folder import RunContext, ptq_run
+from model_compression_toolkit.pipeline.events import StageReport, StageSink
 
 LOG = logging.getLogger("model_compression_toolkit")
 _PRODUCED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # quantized model -> its graph
@@ -132,8 +132,8 @@ class Session:
         # top of what `run` needs itself (the tuning loop compares every trial).
         self.reference_samples = 0
         if self.target is not None:  # an impossible budget fails now, before any file is written
-            from model_compression_toolkit.core.bias_correction import possible_new_biases
-            from model_compression_toolkit.core.mixed_precision import check_budget
+            from model_compression_toolkit.core.calibration.bias_correction import possible_new_biases
+            from model_compression_toolkit.core.mixed_precision.search import check_budget
 
             graph = self.prepare()
             biases = possible_new_biases(graph) if self.config.quantization_config.weights_bias_correction else {}
@@ -301,7 +301,7 @@ class Session:
         _report(sink, "thresholds_selection", graph, statistics=stats)
         mixed = None
         if self.target is not None:
-            from model_compression_toolkit.core.mixed_precision import search_bit_widths
+            from model_compression_toolkit.core.mixed_precision.search import search_bit_widths
 
             mixed = search_bit_widths(self, graph, self.target)
             if run.folder is not None:

@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from model_compression_toolkit.core.stage import NullSink, StageSink
 from model_compression_toolkit.errors import LogFolderError
+from model_compression_toolkit.pipeline.events import NullSink, StageSink
 
 LOGGER_NAME = "model_compression_toolkit"
 LOG_FILE = "mct.log"
@@ -113,7 +113,7 @@ class RunContext:
 
         Writers are closed when the run ends; write failures warn and never raise.
         """
-        from model_compression_toolkit.visualization.event_file import NullRunWriter
+        from model_compression_toolkit.observers.event_file import NullRunWriter
 
         if self.folder is None or not hasattr(self.sink, "writer"):
             return NullRunWriter()
@@ -146,7 +146,7 @@ def ptq_run(model_name: str) -> Iterator[RunContext]:
     if root is None:
         yield RunContext(folder=None)
         return
-    from model_compression_toolkit.visualization.sink import TensorBoardSink
+    from model_compression_toolkit.observers.tensorboard import TensorBoardSink
 
     try:
         folder = _make_run_folder(root, model_name)

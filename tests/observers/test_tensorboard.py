@@ -13,6 +13,7 @@ from tensorboard.backend.event_processing import event_accumulator as ea
 from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
+from model_compression_toolkit.core.calibration.statistics import NodeStatistics
 from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import (
@@ -20,12 +21,11 @@ from model_compression_toolkit.core.quant_config import (
     NodeQuantConfig,
     WeightsQuantConfig,
 )
-from model_compression_toolkit.core.stage import STAGES, NodeMemory, StageReport
-from model_compression_toolkit.core.statistics import NodeStatistics
-from model_compression_toolkit.logger import ptq_run, safe_run_path, set_log_folder
-from model_compression_toolkit.visualization import event_file as ef
-from model_compression_toolkit.visualization import tensorboard as tb
-from model_compression_toolkit.visualization.sink import TensorBoardSink
+from model_compression_toolkit.observers import event_file as ef
+from model_compression_toolkit.observers import protos as tb
+from model_compression_toolkit.observers.log_folder import ptq_run, safe_run_path, set_log_folder
+from model_compression_toolkit.observers.tensorboard import TensorBoardSink
+from model_compression_toolkit.pipeline.events import STAGES, NodeMemory, StageReport
 
 SYM, MSE = QuantizationMethod.SYMMETRIC, QuantizationErrorMethod.MSE
 
@@ -405,7 +405,7 @@ def test_a_wide_model_gets_every_channel_of_every_layer(tmp_path):
 def test_writing_does_not_import_tensorflow(tmp_path):
     code = (
         "import sys\n"
-        "from model_compression_toolkit.visualization.event_file import RunWriter\n"
+        "from model_compression_toolkit.observers.event_file import RunWriter\n"
         f"w = RunWriter({str(tmp_path)!r}); w.add_scalar('x', 1.0); w.close()\n"
         "assert 'tensorflow' not in sys.modules and 'torch' not in sys.modules, 'framework imported'\n"
     )

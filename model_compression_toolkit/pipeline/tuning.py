@@ -23,16 +23,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from model_compression_toolkit.core.analysis import SimilarityResult
 from model_compression_toolkit.core.config import CoreConfig, KeepFloat, TuningConfig
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.memory import graph_memory, total
-from model_compression_toolkit.core.runner import Session, Trial
-from model_compression_toolkit.core.similarity import _local_group
-from model_compression_toolkit.core.stage import StageReport, StageSink
+from model_compression_toolkit.core.similarity.analysis import SimilarityResult
+from model_compression_toolkit.core.similarity.plan import _local_group
 from model_compression_toolkit.errors import ConfigurationError
-from model_compression_toolkit.logger import RunContext, ptq_run
+from model_compression_toolkit.observers.log_folder import RunContext, ptq_run
+from model_compression_toolkit.pipeline.events import StageReport, StageSink
+from model_compression_toolkit.pipeline.session import Session, Trial
 
 LOG = logging.getLogger("model_compression_toolkit")
 TUNING_RUN = "tuning"
@@ -213,7 +213,7 @@ class _Tuner:
         return Trial(graph, q_model, similarity)
 
     def record(self, n: int, trial: Trial, added: list[str]) -> TuningTrial:
-        from model_compression_toolkit.visualization import tuning as view
+        from model_compression_toolkit.observers import tuning_view as view
 
         score = check_score(self.evaluate(trial.q_model), f"trial {n}'s quantized model")
         memory = graph_memory(trial.graph, quantized=True)
@@ -306,7 +306,7 @@ class _Tuner:
         return self.finish()
 
     def finish(self) -> tuple[Any, QuantizationInfo]:
-        from model_compression_toolkit.visualization import tuning as view
+        from model_compression_toolkit.observers import tuning_view as view
 
         assert self.best is not None
         best, trial = self.best

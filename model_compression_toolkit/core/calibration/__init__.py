@@ -1,0 +1,1 @@
+"""Calibration: activation statistics, threshold search, quantizers, bias correction."""

@@ -1,0 +1,1 @@
+"""Mixed precision: one weight bit-width per layer under a memory budget."""
