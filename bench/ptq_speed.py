@@ -115,21 +115,22 @@ def main() -> None:
         samples, with no reduction of their outputs, in the statistics pass's batches (the
         chunks the analysis runs when the float outputs fit the memory cap; otherwise it
         also runs the float model again). Returns a function that runs them."""
-        from model_compression_toolkit.core.similarity.analysis import Comparison
-        from model_compression_toolkit.pipeline.session import Session, produced_graph
+        from model_compression_toolkit.core.similarity.plan import Comparison
+        from model_compression_toolkit.pipeline.session import produced_graph
+        from model_compression_toolkit.ptq.backends import get_backend
 
         report, q_model = reports[-1]
-        session = Session(model, gen, mct.core.CoreConfig(), args.framework)
-        plan = Comparison.of(session.initial, produced_graph(q_model))
-        backend = session.backend
-        float_model = backend.build(session.initial, quantized=False, extra_outputs=plan.float_names)
+        backend = get_backend(model)
+        initial, _ = backend.read(model, batches[0][:1])
+        plan = Comparison.of(initial, produced_graph(q_model))
+        float_model = backend.build(initial, quantized=False, extra_outputs=plan.float_names)
         q = backend.build(produced_graph(q_model), quantized=True)
         local = backend.build(plan.local.graph, quantized=True)
-        skip, chunks, left = len(session.initial.outputs), [], SIMILARITY_SAMPLES
+        skip, chunks, left = len(initial.outputs), [], SIMILARITY_SAMPLES
         for b in batches:
             x = b[: min(left, len(b))]
             left -= len(x)
-            f_out = dict(zip(plan.float_names, backend.run(float_model, [x])[skip:]))
+            f_out = dict(zip(plan.float_names, backend.forward(float_model, [x])[skip:]))
             feeds = plan.local.inputs([x], f_out)
             chunks.append((x, feeds))
             if not left:
@@ -137,8 +138,8 @@ def main() -> None:
 
         def run():
             for x, feeds in chunks:
-                backend.run(q, [x])
-                backend.run(local, feeds)
+                backend.forward(q, [x])
+                backend.forward(local, feeds)
 
         return run
 

@@ -7,11 +7,11 @@
 
 from model_compression_toolkit import core, errors, ptq
 from model_compression_toolkit.observers.log_folder import get_log_folder, set_log_folder
-from model_compression_toolkit.pipeline.session import analyze_similarity
 from model_compression_toolkit.ptq import (
     keras_post_training_quantization,
     pytorch_post_training_quantization,
 )
+from model_compression_toolkit.ptq.calls import analyze_similarity
 
 __version__ = "0.1.0"
 

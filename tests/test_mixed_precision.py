@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from model_compression_toolkit.core.mixed_precision.search import JSON_FILE, solve_knapsack
+from model_compression_toolkit.core.mixed_precision.knapsack import solve_knapsack
+from model_compression_toolkit.core.mixed_precision.result import JSON_FILE
 from model_compression_toolkit.errors import ResourceBudgetError
 from tests.tb import load, resources, run_folders
 from tutorials.digits import accuracy, representative_dataset

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from model_compression_toolkit.core.similarity.analysis import Comparison
 from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB
-from model_compression_toolkit.core.similarity.plan import FloatReference
+from model_compression_toolkit.core.similarity.plan import Comparison
+from model_compression_toolkit.core.similarity.reference import FloatReference
 from model_compression_toolkit.observers.protos import device_name
-from model_compression_toolkit.pipeline.session import Session, produced_graph
+from model_compression_toolkit.pipeline.session import produced_graph
+from model_compression_toolkit.ptq.backends import get_backend
 from tests.tb import load, run_folders
 from tutorials import digits
 from tutorials.digits import representative_dataset
@@ -166,7 +167,8 @@ def test_the_float_side_is_kept_when_it_fits_beside_one_sample_of_the_quantized_
     counted, calls = counting(data)
     mct.set_log_folder(tmp_path)
     q_model, roomy = fw.ptq(model, counted)
-    plan = Comparison.of(Session(model, data, mct.core.CoreConfig(), fw.name).initial, produced_graph(q_model))
+    float_graph, _ = get_backend(model).read(model, [x_train[:8]])
+    plan = Comparison.of(float_graph, produced_graph(q_model))
     cap = int(20 * plan.float_bytes + 1.5 * plan.other_bytes)
     assert plan.keeps_reference(20, cap) and plan.chunk_size(20, cap, reference=True) == 1
     assert plan.chunk_size(20, cap) < 20  # without the kept float side it would not fit at once

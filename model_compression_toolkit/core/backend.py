@@ -1,21 +1,19 @@
-"""What a framework backend provides, and how one is chosen from a model's type.
+"""What a framework backend provides: the `Backend` protocol.
 
 A backend does only what is framework-specific: read a model into a `Graph`, build a
-model back from one, run a model, and convert tensors. Everything else is in the core.
-Backends are imported lazily, so importing the core imports neither torch nor TensorFlow.
+model back from one, run a model forward, and convert tensors. Everything else is in the
+core. The backends (``model_compression_toolkit.pytorch``, ``.keras``) import the core;
+the core never imports them (`ptq.backends` chooses one by the model's type).
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
 from model_compression_toolkit.core.graph import Graph, OpKind
-from model_compression_toolkit.errors import UnsupportedFrameworkError
 
 Tap = Callable[[str, np.ndarray], None]  # (node name, its output) during a model run
 
@@ -79,50 +77,8 @@ class Backend(Protocol):
         share the graph's weights and its builds are cheap, so it ignores ``share``).
         """
 
-    def run(self, model: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def forward(self, model: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run a built (or the user's) model in inference mode; all outputs as numpy arrays."""
-
-
-# model base class (module, qualified name) -> backend (module, class)
-_BACKENDS: dict[tuple[str, str], tuple[str, str]] = {
-    ("torch.nn", "Module"): ("model_compression_toolkit.pytorch.backend", "PytorchBackend"),
-    ("keras", "Model"): ("model_compression_toolkit.keras.backend", "KerasBackend"),
-}
-
-
-def _base_class(module: str, name: str):
-    top = module.split(".")[0]
-    if top not in sys.modules:  # the framework was never imported, so no model can be of it
-        return None
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
-
-
-def get_backend(model: Any, expected: str | None = None) -> Backend:
-    """The backend for ``model``, chosen by its type.
-
-    Args:
-        model: a ``torch.nn.Module`` or a ``keras.Model``.
-        expected: the backend the caller's API is for (``"pytorch"``/``"keras"``); a model
-            of another framework is an error that names the right function.
-    """
-    for (module, name), (bmodule, bclass) in _BACKENDS.items():
-        base = _base_class(module, name)
-        if base is not None and isinstance(model, base):
-            backend = getattr(importlib.import_module(bmodule), bclass)()
-            if expected is not None and backend.name != expected:
-                right = f"mct.ptq.{backend.name}_post_training_quantization"
-                raise UnsupportedFrameworkError(
-                    f"expected a {expected} model; got a {backend.name} model "
-                    f"({type(model).__name__}). Use {right} for it."
-                )
-            return backend
-    want = {"pytorch": "a torch.nn.Module", "keras": "a keras.Model"}.get(
-        expected or "", "a torch.nn.Module or a keras.Model"
-    )
-    raise UnsupportedFrameworkError(f"expected {want}; got {type(model).__module__}.{type(model).__name__}")
 
 
 def unsupported_warnings(graph: Graph, shown: int = 5) -> list[str]:

@@ -123,7 +123,9 @@ class DebugConfig:
 
     Args:
         analyze_similarity: compare the float and quantized models layer by layer on
-            the first ``similarity_samples`` samples (only when a log folder is set).
+            the first ``similarity_samples`` samples and fill ``info.similarity``. None
+            (the default): only when a log folder is set; True: always, logged or not;
+            False: never.
         similarity_samples: how many representative samples the comparison uses.
         similarity_memory_cap: bytes of layer outputs the comparison may hold at once.
             When the float outputs of all the samples fit, the statistics pass keeps
@@ -131,13 +133,16 @@ class DebugConfig:
             chunks that stay under it.
     """
 
-    analyze_similarity: bool = True
+    analyze_similarity: bool | None = None
     similarity_samples: int = 20
     similarity_memory_cap: int = 1 << 30
 
     def validate(self) -> None:
-        if not isinstance(self.analyze_similarity, bool):
-            raise ConfigurationError(f"analyze_similarity must be True or False; got {self.analyze_similarity!r}")
+        if self.analyze_similarity is not None and not isinstance(self.analyze_similarity, bool):
+            raise ConfigurationError(
+                f"analyze_similarity must be True, False or None (on when a log folder is set); "
+                f"got {self.analyze_similarity!r}"
+            )
         if isinstance(self.similarity_samples, bool) or not isinstance(self.similarity_samples, int) or self.similarity_samples < 1:
             raise ConfigurationError(f"similarity_samples must be an integer >= 1; got {self.similarity_samples!r}")
         if not isinstance(self.similarity_memory_cap, int) or self.similarity_memory_cap < 1 << 20:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,17 +10,14 @@ import numpy as np
 
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.memory import graph_memory, total
+from model_compression_toolkit.core.numbers import json_safe
 from model_compression_toolkit.core.quant_config import QuantGrid
 from model_compression_toolkit.core.similarity.report import SimilarityReport
 
 
 def _floats(values: Any) -> list[float] | float | None:
     """A scalar or array as JSON-safe floats (non-finite values become None)."""
-    if values is None:
-        return None
-    arr = np.asarray(values, dtype=np.float64)
-    clean = [float(v) if math.isfinite(v) else None for v in arr.ravel()]
-    return clean[0] if arr.ndim == 0 else clean
+    return None if values is None else json_safe(np.asarray(values, dtype=np.float64))
 
 
 def _grid(grid: QuantGrid | None) -> dict[str, Any] | None:
@@ -118,8 +114,8 @@ class QuantizationInfo:
         memory: weight and activation memory before and after quantization.
         log_folder: this call's run folder, or None when logging is off.
         warnings: the warnings shown during the call.
-        similarity: the float vs quantized comparison, when it ran (a log folder is set
-            and ``DebugConfig.analyze_similarity``).
+        similarity: the float vs quantized comparison, when it ran
+            (``DebugConfig.analyze_similarity``: by default, when a log folder is set).
         mixed_precision: the bit-widths chosen under a memory budget, when one was given.
         tuning: the trials of accuracy-driven tuning, when it ran.
         extra: anything else a later analysis adds.
@@ -139,7 +135,7 @@ class QuantizationInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, graph: Graph, model_name: str, log_folder: Path | None, warnings: list[str]) -> QuantizationInfo:
+    def of(cls, graph: Graph, model_name: str, warnings: list[str], log_folder: Path | None = None) -> QuantizationInfo:
         nodes = graph.nodes()
         return cls(
             framework=graph.framework,

@@ -6,10 +6,23 @@ tensor and activation counts at its chosen bit-width (biases and float layers st
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from model_compression_toolkit.core.graph import VALUE_PRESERVING, Graph, Node, OpKind
-from model_compression_toolkit.pipeline.events import NodeMemory
 
 FLOAT_BITS = 32
+
+
+@dataclass
+class NodeMemory:
+    """Bytes a node needs at a stage: its weights and its output activation (one sample)."""
+
+    weights_bytes: float
+    activation_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weights_bytes + self.activation_bytes
 
 
 def node_memory(node: Node, activation_bits: int = FLOAT_BITS, quantized: bool = False) -> NodeMemory:

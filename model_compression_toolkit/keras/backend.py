@@ -65,7 +65,7 @@ class KerasBackend:
     ) -> Any:
         return builder.build(graph, quantized, extra_outputs, weights, tap, share)
 
-    def run(self, model: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def forward(self, model: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """All outputs of ``model`` in inference mode, flattened, as numpy arrays (none
         for a model built with a tap)."""
         args = [keras.ops.convert_to_tensor(x) for x in inputs]

@@ -1,18 +1,22 @@
-"""`RunWriter`: one TensorBoard run, written with tensorboard's own event writer.
+"""`RunWriter`: one TensorBoard run, one event file, written as tensorboard's writer frames it.
 
-Records are written by tensorboard's asynchronous queue, as ``EventFileWriter`` does, in
-the framing of its ``RecordWriter``, with two differences:
+Each event is a TFRecord, ``length (uint64) | masked crc of length | data | masked crc of
+data``, the bytes tensorboard's ``RecordWriter`` writes (`frame_record`), with two
+differences from tensorboard's ``EventFileWriter``:
 
 - the file is opened with plain ``open`` instead of ``tensorboard.compat.tf.io.gfile``,
   which would import TensorFlow (seconds) whenever it is installed, even on the PyTorch
   path;
-- the records' CRC32C checksums come from ``google-crc32c`` (C, the CPU's CRC32
-  instruction) instead of tensorboard's pure-Python one, which takes about 0.28 s per MiB
-  and holds the GIL meanwhile: a ResNet-18 PTQ call logs about 2 MiB.
+- the CRC32C checksums come from ``google-crc32c`` (C, the CPU's CRC32 instruction)
+  instead of tensorboard's pure-Python one, which takes about 0.28 s per MiB: a ResNet-18
+  PTQ call logs about 2 MiB.
 
-Promises: every event carries the real wall time; `flush` returns once the bytes are in
-the file; a write error reaches the caller (or the ``on_error`` callback) instead of
-dying in the writer thread; `close` always releases the file.
+Records are written by the calling thread into a buffered file: there is no writer thread
+to leak, to outlive an interrupt, or to swallow an error. Promises: every event carries
+the real wall time; `flush` returns once the bytes are in the file; a write error reaches
+the caller (or the ``on_error`` callback); `close` always releases the file.
+
+`NullRunWriter` is the writer of a call that writes nothing: the same methods, no file.
 """
 
 from __future__ import annotations
@@ -25,46 +29,15 @@ import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import google_crc32c
 import numpy as np
 from tensorboard.compat.proto import config_pb2, event_pb2, graph_pb2, summary_pb2
-from tensorboard.summary.writer.event_file_writer import _AsyncWriter
 
 from model_compression_toolkit.observers.protos import clean_tag, png_size, text_summary_value
 
 _uid = itertools.count()
-
-
-class _File:
-    """The file under the writer thread: an OSError is kept, not raised in that thread."""
-
-    def __init__(self, path: str) -> None:
-        self._file = open(path, "wb")  # noqa: SIM115 - closed in close()
-        self.error: OSError | None = None
-
-    def _do(self, fn: Callable[..., Any], *args: Any) -> None:
-        if self.error is None:
-            try:
-                fn(*args)
-            except OSError as exc:
-                self.error = exc
-
-    def write(self, data: bytes) -> None:
-        self._do(self._file.write, data)
-
-    def flush(self) -> None:
-        self._do(self._file.flush)
-
-    def close(self) -> None:
-        if self._file.closed:
-            return
-        self._do(self._file.flush)
-        try:
-            self._file.close()
-        except OSError as exc:
-            self.error = self.error or exc
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -74,52 +47,10 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-class _Records:
-    """TFRecord framing, as tensorboard's ``RecordWriter`` writes it (the same bytes), with
-    the C checksum: ``length (uint64) | masked crc of length | data | masked crc of data``."""
-
-    def __init__(self, file: _File) -> None:
-        self.file = file
-
-    def write(self, data: bytes) -> None:
-        header = struct.pack("<Q", len(data))
-        crcs = struct.pack("<I", masked_crc32c(header)), struct.pack("<I", masked_crc32c(data))
-        self.file.write(header + crcs[0] + data + crcs[1])
-
-    def flush(self) -> None:
-        self.file.flush()
-
-    def close(self) -> None:
-        self.file.close()
-
-
-class _EventFile:
-    """TFRecord framing (`_Records`) behind tensorboard's async queue, over a plain file with a
-    unique name."""
-
-    def __init__(self, logdir: str, flush_secs: float = 120) -> None:
-        os.makedirs(logdir, exist_ok=True)
-        host, pid = socket.gethostname(), os.getpid()
-        name = f"events.out.tfevents.{int(time.time()):010d}.{host}.{pid}.{next(_uid)}"
-        self.file = _File(os.path.join(logdir, name))
-        try:
-            self._queue = _AsyncWriter(_Records(self.file), 64, flush_secs)
-        except BaseException:
-            self.file.close()
-            raise
-
-    def add(self, events: Sequence[event_pb2.Event]) -> None:
-        for event in events:
-            self._queue.write(event.SerializeToString())
-
-    def flush(self) -> None:
-        self._queue.flush()
-
-    def close(self) -> None:
-        try:
-            self._queue.close()
-        finally:
-            self.file.close()
+def frame_record(data: bytes) -> bytes:
+    """``data`` as one TFRecord: the bytes tensorboard's ``RecordWriter.write(data)`` writes."""
+    header = struct.pack("<Q", len(data))
+    return header + struct.pack("<I", masked_crc32c(header)) + data + struct.pack("<I", masked_crc32c(data))
 
 
 def scalar_series_events(series: Mapping[str, np.ndarray], wall_time: float) -> list[event_pb2.Event]:
@@ -141,6 +72,11 @@ def scalar_series_events(series: Mapping[str, np.ndarray], wall_time: float) -> 
     return events
 
 
+def _event_file_name() -> str:
+    """A name no other writer, of this process or another, uses: time, host, pid, a counter."""
+    return f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_uid)}"
+
+
 class RunWriter:
     """One TensorBoard run: a directory holding one event file.
 
@@ -153,19 +89,23 @@ class RunWriter:
     def __init__(self, path: str | Path, on_error: Callable[[Path, OSError], None] | None = None) -> None:
         self.path = Path(path)
         self._on_error = on_error
-        self._file: _EventFile | None = None
+        self._file: IO[bytes] | None = None
         self.disabled = False
         self._guard(self._open)
 
     def _open(self) -> None:
-        self._file = _EventFile(str(self.path))
+        os.makedirs(self.path, exist_ok=True)
+        self._file = open(self.path / _event_file_name(), "wb")  # noqa: SIM115 - closed in _release()
         start = event_pb2.Event(
             wall_time=time.time(),
             file_version="brain.Event:2",
             source_metadata=event_pb2.SourceMetadata(writer="model_compression_toolkit"),
         )
-        self._file.add([start])
-        self.flush()
+        self._write(frame_record(start.SerializeToString()))
+        self._file.flush()
+
+    def _write(self, data: bytes) -> None:
+        self._file.write(data)
 
     def _guard(self, fn: Callable[..., None], *args: Any) -> None:
         if self.disabled:
@@ -191,16 +131,11 @@ class RunWriter:
             except OSError:
                 pass
 
-    def _check(self) -> None:
-        if self._file is not None and self._file.file.error is not None:
-            raise self._file.file.error
-
     # -------------------------------------------------------------- writing
     def add_events(self, events: Sequence[event_pb2.Event]) -> None:
         def _add() -> None:
             if self._file is not None:
-                self._check()
-                self._file.add(events)
+                self._write(b"".join(frame_record(e.SerializeToString()) for e in events))
 
         self._guard(_add)
 
@@ -245,12 +180,11 @@ class RunWriter:
         self._summary([summary_pb2.Summary.Value(tag=clean_tag(tag), image=image)], step)
 
     def flush(self) -> None:
-        """Block until everything added so far is in the file."""
+        """Return once everything added so far is in the file."""
 
         def _flush() -> None:
             if self._file is not None:
                 self._file.flush()
-                self._check()
 
         self._guard(_flush)
 
@@ -262,11 +196,16 @@ class RunWriter:
             self._release()
 
 
-class NullRunWriter(RunWriter):
-    """The writer handed out when logging is off: accepts everything, writes nothing."""
+class NullRunWriter:
+    """The writer handed out when nothing is written: the methods of `RunWriter`, no file."""
+
+    disabled = True
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else Path()
-        self._on_error = None
-        self._file = None
-        self.disabled = True
+
+    def _nothing(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    add_events = add_graph = add_run_metadata = add_histogram = add_histograms = _nothing
+    add_scalar = add_scalar_series = add_text = add_image = flush = close = disable = _nothing

@@ -1,12 +1,9 @@
-"""Where logs go: the log folder, one folder per quantization run, python logging.
+"""Where logs go: the log folder the user sets, and one folder per PTQ call inside it.
 
     mct.set_log_folder("/tmp/mct_logs")        # checked at once: LogFolderError if unusable
-    with ptq_run("resnet18") as run:           # /tmp/mct_logs/resnet18_20250101-120000/
-        run.sink.stage(report)                 #   <stage>/ ... TensorBoard runs
-        run.writer("similarity").add_image()   #   similarity/
-                                               #   mct.log (the library's python log)
+    make_call_folder(root, "resnet18")         # /tmp/mct_logs/resnet18_20250101-120000/
 
-With no log folder, `ptq_run` yields a `NullSink` and writers that write nothing.
+Names that become file names are made safe here (`safe_component`, `safe_run_path`).
 """
 
 from __future__ import annotations
@@ -17,14 +14,9 @@ import os
 import tempfile
 import time
 import unicodedata
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from model_compression_toolkit.errors import LogFolderError
-from model_compression_toolkit.pipeline.events import NullSink, StageSink
 
 LOGGER_NAME = "model_compression_toolkit"
 LOG_FILE = "mct.log"
@@ -101,26 +93,7 @@ def get_log_folder() -> Path | None:
     return _log_folder
 
 
-@dataclass
-class RunContext:
-    """One quantization run's logging: its folder, the stage sink, extra TensorBoard runs."""
-
-    folder: Path | None
-    sink: StageSink = field(default_factory=NullSink)
-
-    def writer(self, run_name: str):
-        """A `RunWriter` for ``<folder>/<run_name>`` (``/`` nests); a no-op one when off.
-
-        Writers are closed when the run ends; write failures warn and never raise.
-        """
-        from model_compression_toolkit.observers.event_file import NullRunWriter
-
-        if self.folder is None or not hasattr(self.sink, "writer"):
-            return NullRunWriter()
-        return self.sink.writer(run_name)
-
-
-def _make_run_folder(root: Path, model_name: str) -> Path:
+def make_call_folder(root: Path, model_name: str) -> Path:
     """``root/<model>_<YYYYmmdd-HHMMSS>[_n]``, created atomically: never shared, never merged."""
     base = f"{safe_component(model_name)}_{time.strftime('%Y%m%d-%H%M%S')}"
     root.mkdir(parents=True, exist_ok=True)
@@ -132,42 +105,3 @@ def _make_run_folder(root: Path, model_name: str) -> Path:
             return path
         except FileExistsError:
             n += 1
-
-
-@contextmanager
-def ptq_run(model_name: str) -> Iterator[RunContext]:
-    """The logging of one quantization run.
-
-    With a log folder set: creates the run folder, attaches ``<run>/mct.log`` to the
-    library's logger, and on exit (success or exception) closes every writer and removes
-    the handler. If the folder cannot be created, warns and runs without logging.
-    """
-    root = get_log_folder()
-    if root is None:
-        yield RunContext(folder=None)
-        return
-    from model_compression_toolkit.observers.tensorboard import TensorBoardSink
-
-    try:
-        folder = _make_run_folder(root, model_name)
-        handler: logging.Handler | None = logging.FileHandler(folder / LOG_FILE, encoding="utf-8")
-    except OSError as exc:
-        warnings.warn(
-            f"Logging is off for this run: cannot create a run folder in {root} ({exc}).",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        yield RunContext(folder=None)
-        return
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logger.addHandler(handler)
-    sink = TensorBoardSink(folder)
-    try:
-        logger.info("quantization run %r logging to %s", model_name, folder)
-        yield RunContext(folder=folder, sink=sink)
-    finally:
-        try:
-            sink.close()
-        finally:
-            logger.removeHandler(handler)
-            handler.close()

@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from model_compression_toolkit.core.mixed_precision.search import MixedPrecisionResult
+from model_compression_toolkit.core.mixed_precision.result import MixedPrecisionResult
 from model_compression_toolkit.observers.event_file import RunWriter
 from model_compression_toolkit.observers.protos import figure_to_png
 

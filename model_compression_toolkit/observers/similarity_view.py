@@ -16,7 +16,7 @@ table. Figures use matplotlib's object API (no pyplot, no global state).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -24,8 +24,9 @@ from matplotlib.figure import Figure
 from matplotlib.transforms import ScaledTranslation
 from tensorboard.compat.proto import summary_pb2
 
-from model_compression_toolkit.core.calibration.quantizers import fake_quant
+from model_compression_toolkit.core.calibration.quantizers import node_weight
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
+from model_compression_toolkit.core.numbers import finite_or_none
 from model_compression_toolkit.core.similarity.analysis import PairHistogram, SimilarityResult
 from model_compression_toolkit.core.similarity.report import (
     ERROR_CLASS_THRESHOLDS_DB,
@@ -48,14 +49,21 @@ SCALARS = {  # tag -> (accumulated field, local field)
 }
 
 
-def write_similarity(open_writer: Callable[[str], RunWriter], result: SimilarityResult, graph: Graph) -> None:
+def write_similarity(
+    open_writer: Callable[[str], RunWriter],
+    result: SimilarityResult,
+    graph: Graph,
+    quantized_weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+) -> None:
     """Write the similarity view into runs opened by ``open_writer(run_name)``; flush them.
 
     Args:
-        open_writer: opens a TensorBoard run inside the PTQ call's run folder; the caller
+        open_writer: opens a TensorBoard run inside the PTQ call's folder; the caller
             closes the writers.
         result: the similarity analysis.
         graph: the quantized graph (its first convolutions' kernels are shown).
+        quantized_weights: the quantized weights the call built its model with (node ->
+            weight name -> array), reused for the filters; computed where missing.
     """
     report = result.report
     main = open_writer("similarity")
@@ -63,7 +71,7 @@ def write_similarity(open_writer: Callable[[str], RunWriter], result: Similarity
     for layer in report.layers:
         for tag, fields in SCALARS.items():
             for writer, name in zip(runs.values(), fields):
-                value = _finite(getattr(layer, name))
+                value = finite_or_none(getattr(layer, name))
                 if value is not None:
                     writer.add_scalar(tag, value, step=int(layer.position))
     main.add_text("similarity/report", report_markdown(report))
@@ -76,7 +84,7 @@ def write_similarity(open_writer: Callable[[str], RunWriter], result: Similarity
     for i, png in enumerate(plots.samples()):
         main.add_image(f"cosine_similarity/sample_{i}", png)
     for node in filter_nodes(graph):
-        main.add_image(f"filters/{node.name}", filters_png(node))
+        main.add_image(f"filters/{node.name}", filters_png(node, quantized_weights))
     for writer in (main, *runs.values()):
         writer.flush()
 
@@ -95,7 +103,7 @@ def metric_attrs(report: SimilarityReport) -> dict[str, dict[str, float | str]]:
     for layer in report.layers:
         attrs: dict[str, float | str] = {}
         for name in names:
-            value = _finite(getattr(layer, name))
+            value = finite_or_none(getattr(layer, name))
             if value is not None:
                 attrs[name] = value
         cls = _error_class(layer)
@@ -106,19 +114,8 @@ def metric_attrs(report: SimilarityReport) -> dict[str, dict[str, float | str]]:
 
 
 # ---------------------------------------------------------------- numbers
-def _finite(value: object) -> float | None:
-    """``value`` as a float when it is a finite number, else None."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _nan(value: object) -> float:
-    number = _finite(value)
+    number = finite_or_none(value)
     return np.nan if number is None else number
 
 
@@ -131,7 +128,7 @@ def _error_class(layer: LayerSimilarity) -> str | None:
 
 
 def _fmt(value: object, spec: str) -> str:
-    number = _finite(value)
+    number = finite_or_none(value)
     return "n/a" if number is None else format(number, spec)
 
 
@@ -141,7 +138,7 @@ def cosine_matrix(report: SimilarityReport) -> np.ndarray:
     matrix = np.full((len(report.layers), samples), np.nan)
     for row, layer in zip(matrix, _ordered(report)):
         values = np.array(
-            [v if _finite(v) is not None else np.nan for v in layer.cosine_per_sample[:samples]]
+            [v if finite_or_none(v) is not None else np.nan for v in layer.cosine_per_sample[:samples]]
         )
         row[: values.size] = values
     return matrix
@@ -352,7 +349,9 @@ def tile_grid(tiles: np.ndarray) -> np.ndarray:
     return grid
 
 
-def filters_png(node: Node, max_filters: int = MAX_FILTERS) -> bytes:
+def filters_png(
+    node: Node, quantized_weights: Mapping[str, Mapping[str, np.ndarray]] | None = None, max_filters: int = MAX_FILTERS
+) -> bytes:
     """Float filters beside their quantized version; each filter pair is scaled by the
     float filter's max |w|, so rounding and clipping show as colour changes.
 
@@ -365,7 +364,9 @@ def filters_png(node: Node, max_filters: int = MAX_FILTERS) -> bytes:
     quantize = wq is not None and wq.grid is not None
     panels = [("float" if quantize else "float (weights not quantized)", filter_tiles(kernel, out_axes))]
     if quantize:
-        quantized = fake_quant(kernel, wq.grid, tuple(wq.channel_axes))
+        quantized = np.nan_to_num(
+            np.asarray(node_weight(node, "kernel", True, quantized_weights), dtype=np.float64), posinf=0.0, neginf=0.0
+        )
         peak = float(np.max(np.abs(kernel))) or 1.0
         error = float(np.max(np.abs(quantized - kernel))) / peak
         title = f"quantized ({wq.n_bits} bit), max |error| {100 * error:.2g}% of max |w|"

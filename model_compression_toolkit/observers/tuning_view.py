@@ -17,13 +17,14 @@ nothing is built.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from tensorboard.compat.proto import summary_pb2
 
 from model_compression_toolkit.core.graph import Graph
+from model_compression_toolkit.core.memory import NodeMemory
 from model_compression_toolkit.core.similarity.analysis import PairHistogram
 from model_compression_toolkit.core.similarity.report import SimilarityReport
+from model_compression_toolkit.core.tuning import TuningResult
 from model_compression_toolkit.observers.event_file import RunWriter
 from model_compression_toolkit.observers.protos import (
     RESOURCES_TAG,
@@ -32,11 +33,7 @@ from model_compression_toolkit.observers.protos import (
     run_metadata,
 )
 from model_compression_toolkit.observers.similarity_view import error_devices, metric_attrs
-from model_compression_toolkit.observers.tensorboard import markdown_table
-from model_compression_toolkit.pipeline.events import NodeMemory
-
-if TYPE_CHECKING:
-    from model_compression_toolkit.pipeline.tuning import TuningResult
+from model_compression_toolkit.observers.tables import markdown_table
 
 ACCURACY_TAG = "tuning/accuracy"
 DROP_TAG = "tuning/drop"

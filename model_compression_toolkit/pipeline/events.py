@@ -1,20 +1,27 @@
-"""What the runner tells its observer when a stage completes.
+"""What the pipeline tells its observer, and the observer it tells.
 
-The runner calls ``sink.stage(report)`` after every stage; the sink (the TensorBoard
-logger, or nothing when no log folder is set) only reads the report.
+    pipeline --stage_finished(StageReport)---> observer   after each stage of a PTQ call
+             --trial_finished(TrialReport)-->             after each tuning trial is evaluated
+             --tuning_finished(TuningResult)->            when tuning has chosen its trial
+
+The pipeline calls these and never asks who listens or whether logging is on: with no log
+folder the observer is a `NullObserver`. An observer only reads what it is given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics
 from model_compression_toolkit.core.graph import Graph
+from model_compression_toolkit.core.memory import NodeMemory
+from model_compression_toolkit.core.mixed_precision.result import MixedPrecisionResult
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult
+from model_compression_toolkit.core.tuning import TuningResult, TuningTrial
 
 STAGES = (
     "initial_graph",
@@ -26,30 +33,18 @@ STAGES = (
 
 
 @dataclass
-class NodeMemory:
-    """Bytes a node needs at a stage: its weights and its output activation (one sample)."""
-
-    weights_bytes: float
-    activation_bytes: float
-
-    @property
-    def total_bytes(self) -> float:
-        return self.weights_bytes + self.activation_bytes
-
-
-@dataclass
 class StageReport:
     """The state of the quantization when a stage completes.
 
     Attributes:
         name: one of STAGES.
-        graph: the graph at that stage (read only for the sink).
+        graph: the graph at that stage (read only for the observer).
         memory: bytes per node at the stage's bit-widths.
         statistics: per-node activation statistics (statistics stages only).
         quantized_weights: node -> weight name -> quantized weights (quantized_graph only).
         similarity: the float vs quantized comparison (quantized_graph, when it ran).
         mixed_precision: the bit-widths chosen under a memory budget (quantized_graph,
-            when a budget was given): a `core.mixed_precision.MixedPrecisionResult`.
+            when a budget was given).
     """
 
     name: str
@@ -58,20 +53,48 @@ class StageReport:
     statistics: Mapping[str, NodeStatistics] | None = None
     quantized_weights: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=dict)
     similarity: SimilarityResult | None = None
-    mixed_precision: Any = None
+    mixed_precision: MixedPrecisionResult | None = None
 
 
-class StageSink(Protocol):
-    def stage(self, report: StageReport) -> None: ...
+@dataclass
+class TrialReport:
+    """One tuning trial, evaluated.
 
-    def close(self) -> None: ...
+    Attributes:
+        trial: its number, score, drop and the layers it kept float.
+        graph: its quantized graph.
+        memory: bytes per node at its bit-widths.
+        similarity: its comparison with the float model (the activation histograms).
+        float_graph: the float model's graph (the baseline the trials are compared with).
+        baseline_score: the float model's score.
+    """
+
+    trial: TuningTrial
+    graph: Graph
+    memory: Mapping[str, NodeMemory]
+    similarity: SimilarityResult
+    float_graph: Graph
+    baseline_score: float
 
 
-class NullSink:
-    """The sink used when no log folder is set: does nothing, costs nothing."""
+class Observer(Protocol):
+    """Whoever listens to a PTQ call: the log folder's TensorBoard observer, or nobody."""
 
-    def stage(self, report: StageReport) -> None:
+    def stage_finished(self, report: StageReport) -> None: ...
+
+    def trial_finished(self, report: TrialReport) -> None: ...
+
+    def tuning_finished(self, result: TuningResult) -> None: ...
+
+
+class NullObserver:
+    """The observer of a call with no log folder: hears everything, does nothing."""
+
+    def stage_finished(self, report: StageReport) -> None:
         pass
 
-    def close(self) -> None:
+    def trial_finished(self, report: TrialReport) -> None:
+        pass
+
+    def tuning_finished(self, result: TuningResult) -> None:
         pass

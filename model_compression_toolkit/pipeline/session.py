@@ -1,12 +1,9 @@
-"""The PTQ pipeline: read, prepare, collect statistics, select thresholds, build.
+"""One model's PTQ session: read and check once, collect statistics once, quantize on demand.
 
-``model -> initial_graph -> after_graph_preparation -> after_statistics_collection
--> thresholds_selection -> quantized_graph -> quantized model``
+``model -> read -> prepare -> statistics (one pass) -> thresholds -> build``
 
-A `Session` reads the model and checks the data once, collects statistics once, and can
-then quantize as often as asked (the tuning loop keeps more layers float each time).
-After each stage of `Session.run` a `StageReport` goes to the run's sink; the pipeline
-never checks whether logging is on.
+A `Session` is what the staged PTQ call (`pipeline.stages`) and the tuning loop
+(`pipeline.tuning`) both quantize with; it reports nothing itself.
 """
 
 from __future__ import annotations
@@ -21,23 +18,22 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from model_compression_toolkit.core.backend import get_backend
-from model_compression_toolkit.core.calibration.bias_correction import set_input_means
+from model_compression_toolkit.core.backend import Backend
+from model_compression_toolkit.core.calibration.bias_correction import possible_new_biases, set_input_means
 from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics, StatisticsCollector
 from model_compression_toolkit.core.calibration.thresholds import fill_activation_config, fill_weights_config
-from model_compression_toolkit.core.config import CoreConfig, DebugConfig, KeepFloat, ResourceUtilization
+from model_compression_toolkit.core.config import CoreConfig, KeepFloat, ResourceUtilization
 from model_compression_toolkit.core.data import RepresentativeData
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import QuantizationInfo
-from model_compression_toolkit.core.memory import graph_memory
+from model_compression_toolkit.core.mixed_precision.search import check_budget
 from model_compression_toolkit.core.preparation import assign_quantization, prepare_graph
 from model_compression_toolkit.core.selection import check_rules
-from model_compression_toolkit.core.similarity.analysis import Comparison, SimilarityResult, analyze
-from model_compression_toolkit.core.similarity.plan import FloatReference, has_batch_axis
-from model_compression_toolkit.errors import ConfigurationError, InputMismatchError, ModelReadError
-from model_compression_toolkit.observers.log_folder import RunContext, ptq_run
-from model_compression_toolkit.pipeline.events import StageReport, StageSink
+from model_compression_toolkit.core.similarity.analysis import SimilarityResult, analyze
+from model_compression_toolkit.core.similarity.plan import Comparison
+from model_compression_toolkit.core.similarity.reference import FloatModel, FloatReference, has_batch_axis
+from model_compression_toolkit.errors import InputMismatchError
 
 LOG = logging.getLogger("model_compression_toolkit")
 _PRODUCED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # quantized model -> its graph
@@ -52,19 +48,11 @@ def remember(q_model: Any, graph: Graph) -> None:
 
 
 def produced_graph(q_model: Any) -> Graph | None:
+    """The graph a quantized model of this process was built from, or None."""
     try:
         return _PRODUCED.get(q_model)
     except TypeError:
         return None
-
-
-def check_core_config(core_config: CoreConfig | None) -> CoreConfig:
-    if core_config is None:
-        return CoreConfig()
-    if not isinstance(core_config, CoreConfig):
-        raise ConfigurationError(f"core_config must be a mct.core.CoreConfig; got {type(core_config).__name__}")
-    core_config.validate()
-    return core_config
 
 
 def select_thresholds(graph: Graph, stats: dict[str, NodeStatistics], l_p_value: float) -> None:
@@ -80,48 +68,45 @@ def _after(value: np.ndarray, kept: int, batch: int) -> np.ndarray:
     return value[kept:] if kept < batch and has_batch_axis(value, batch) else np.empty(0, np.float32)
 
 
-def _report(sink: StageSink, name: str, graph: Graph, quantized: bool = False, **kwargs: Any) -> None:
-    sink.stage(StageReport(name=name, graph=graph, memory=graph_memory(graph, quantized), **kwargs))
-    LOG.info("stage %s done", name)
-
-
 @dataclass
-class Trial:
-    """One quantization of the session's model."""
+class Quantization:
+    """One quantization of the session's model: its graph, the model built from it, and
+    (when it was asked for) its comparison with the float model."""
 
     graph: Graph
-    q_model: Any
+    model: Any
     similarity: SimilarityResult | None = None
 
 
 class Session:
     """One model's PTQ: checks and reads once, collects statistics once, quantizes on demand.
 
-    Bad input fails in the constructor, before any file is written.
+    Bad input fails in the constructor, before anything is written.
+
+    Args:
+        model: the user's float model (never modified).
+        representative_data_gen: the user's data callable.
+        config: a validated `CoreConfig` whose ``debug_config.analyze_similarity`` is
+            already True or False (`ptq` resolves it).
+        backend: the model's framework backend.
+        target: a weights memory budget for mixed precision, validated.
     """
 
     def __init__(
         self,
         model: Any,
         representative_data_gen: Callable[[], Any],
-        core_config: CoreConfig | None,
-        framework: str,
-        target_resource_utilization: ResourceUtilization | None = None,
+        config: CoreConfig,
+        backend: Backend,
+        target: ResourceUtilization | None = None,
     ):
-        self.config = check_core_config(core_config)
-        if target_resource_utilization is not None:
-            if not isinstance(target_resource_utilization, ResourceUtilization):
-                raise ConfigurationError(
-                    "target_resource_utilization must be a mct.core.ResourceUtilization; "
-                    f"got {type(target_resource_utilization).__name__}"
-                )
-            target_resource_utilization.validate()
-        self.target = target_resource_utilization
-        self.backend = get_backend(model, expected=framework)
-        self.data = RepresentativeData(representative_data_gen, self.backend, model)
-        self.model_name = self.backend.model_name(model)
-        self.initial, read_warnings = self.backend.read(model, self.data.first)
-        check_rules(self.initial, self.config.keep_float_rules)
+        self.config = config
+        self.target = target
+        self.backend = backend
+        self.data = RepresentativeData(representative_data_gen, backend, model)
+        self.model_name = backend.model_name(model)
+        self.initial, read_warnings = backend.read(model, self.data.first)
+        check_rules(self.initial, config.keep_float_rules)
         self.warnings: list[str] = []
         for message in read_warnings:
             self.warn(message)
@@ -129,15 +114,12 @@ class Session:
         self._reference: FloatReference | None = None
         self._prepared: Graph | None = None
         # Samples whose float outputs the statistics pass keeps for later comparisons, on
-        # top of what `run` needs itself (the tuning loop compares every trial).
+        # top of what a staged call compares itself (the tuning loop compares every trial).
         self.reference_samples = 0
-        if self.target is not None:  # an impossible budget fails now, before any file is written
-            from model_compression_toolkit.core.calibration.bias_correction import possible_new_biases
-            from model_compression_toolkit.core.mixed_precision.search import check_budget
-
+        if target is not None:  # an impossible budget fails now, before anything is written
             graph = self.prepare()
-            biases = possible_new_biases(graph) if self.config.quantization_config.weights_bias_correction else {}
-            check_budget(graph, self.target, self.config.mixed_precision_config.candidate_bits, biases)
+            biases = possible_new_biases(graph) if config.quantization_config.weights_bias_correction else {}
+            check_budget(graph, target, config.mixed_precision_config.candidate_bits, biases)
 
     def warn(self, message: str, category: type[Warning] = UserWarning) -> None:
         """Warn the user, log it, and keep it for ``info.warnings``."""
@@ -170,9 +152,10 @@ class Session:
         return self._stats
 
     @property
-    def reference(self) -> FloatReference | None:
-        """The float outputs the statistics pass kept, if it was asked to (see `statistics`)."""
-        return self._reference
+    def float_model(self) -> FloatModel:
+        """The float side of every comparison: the user's model as read, with the outputs
+        the statistics pass kept (see `statistics`)."""
+        return FloatModel(self.backend, self.initial, self.data, self._reference)
 
     def _recorder(self, graph: Graph, samples: int) -> FloatReference | None:
         if samples <= 0:
@@ -206,7 +189,7 @@ class Session:
         batches = tqdm(self.data.batches(), desc="Collecting statistics", unit="batch", leave=False)
         for index, batch in enumerate(batches):
             try:
-                values = dict(zip(outputs, self.backend.run(model, batch)[n_outputs:]))
+                values = dict(zip(outputs, self.backend.forward(model, batch)[n_outputs:]))
             except (RuntimeError, ValueError, TypeError) as err:  # the first batch ran: this one is bad
                 shapes = ", ".join(f"input {i}: {a.shape}" for i, a in enumerate(batch))
                 first = ", ".join(str(a.shape) for a in self.data.first)
@@ -254,133 +237,22 @@ class Session:
     def analyze(
         self, graph: Graph, weights: QuantizedWeights | None = None, q_model: Any = None
     ) -> SimilarityResult:
+        """Compare ``graph`` (quantized) with the float model on the configured samples."""
         debug = self.config.debug_config
         return analyze(
-            self.backend, self.initial, graph, self.data, debug.similarity_samples,
-            debug.similarity_memory_cap, self.statistics(graph), self.reference, weights, q_model,
+            self.float_model, graph, debug.similarity_samples, debug.similarity_memory_cap,
+            self.statistics(graph), weights, q_model,
         )  # fmt: skip
 
-    def quantize(self, keep_float: Sequence[KeepFloat] | None = None, similarity: bool = False) -> Trial:
-        """A whole quantization without stage reports (the tuning loop's trials)."""
+    def quantize(self, keep_float: Sequence[KeepFloat] | None = None, similarity: bool = False) -> Quantization:
+        """A whole quantization, reported to nobody (the tuning loop's later trials)."""
         graph = self.prepare(keep_float)
         self.select_thresholds(graph)
-        trial = Trial(graph, self.build(graph))
+        result = Quantization(graph, self.build(graph))
         if similarity:
-            trial.similarity = self.analyze(graph, q_model=trial.q_model)
-        return trial
+            result.similarity = self.analyze(graph, q_model=result.model)
+        return result
 
-    def _reference_samples(self, run: RunContext) -> int:
-        """Samples of float outputs the statistics pass keeps for what `run` compares later."""
-        n = self.reference_samples
-        if self.config.debug_config.analyze_similarity and run.folder is not None:
-            n = max(n, self.config.debug_config.similarity_samples)
-        if self.target is not None:
-            n = max(n, self.config.mixed_precision_config.samples)
-        return n
-
-    def info(self, graph: Graph, run: RunContext) -> QuantizationInfo:
-        return QuantizationInfo.of(graph, self.model_name, run.folder, self.warnings)
-
-    def _write(self, write: Callable[[Any], None], folder: Any) -> None:
-        """Write report files; a failing disk warns and quantization goes on."""
-        try:
-            write(folder)
-        except OSError as err:
-            self.warn(f"could not write report files into {folder}: {err}; quantization goes on", RuntimeWarning)
-
-    # -------------------------------------------------------------- the pipeline
-    def run(self, run: RunContext) -> tuple[Any, QuantizationInfo]:
-        """Every stage, each reported to ``run.sink`` when it completes."""
-        sink = run.sink
-        _report(sink, "initial_graph", self.initial)
-        graph = self.prepare()
-        _report(sink, "after_graph_preparation", graph)
-        stats = self.statistics(graph, self._reference_samples(run))
-        _report(sink, "after_statistics_collection", graph, statistics=stats)
-        self.select_thresholds(graph)
-        _report(sink, "thresholds_selection", graph, statistics=stats)
-        mixed = None
-        if self.target is not None:
-            from model_compression_toolkit.core.mixed_precision.search import search_bit_widths
-
-            mixed = search_bit_widths(self, graph, self.target)
-            if run.folder is not None:
-                self._write(mixed.write, run.folder)
-        quantized_weights = QuantizedWeights(graph)
-        q_model = self.build(graph, quantized_weights)
-        similarity = None
-        if self.config.debug_config.analyze_similarity and run.folder is not None:
-            similarity = self.analyze(graph, quantized_weights, q_model)
-            self._write(similarity.report.write, run.folder)
-            LOG.info(similarity.report.summary())
-        _report(
-            sink, "quantized_graph", graph, quantized=True,
-            quantized_weights=quantized_weights, similarity=similarity, mixed_precision=mixed,
-        )  # fmt: skip
-        info = self.info(graph, run)
-        info.similarity = similarity.report if similarity is not None else None
-        info.mixed_precision = mixed
-        LOG.info(
-            "quantized %s: weights %.1f KiB -> %.1f KiB, %d layers kept in float%s",
-            self.model_name,
-            info.memory.weights_float_bytes / 1024,
-            info.memory.weights_quantized_bytes / 1024,
-            len(info.float_layers),
-            f"; logs in {run.folder}" if run.folder else "",
-        )
-        return q_model, info
-
-
-def post_training_quantization(
-    model: Any,
-    representative_data_gen: Callable[[], Any],
-    core_config: CoreConfig | None,
-    framework: str,
-    target_resource_utilization: ResourceUtilization | None = None,
-) -> tuple[Any, QuantizationInfo]:
-    """Quantize ``model`` after training; the body of both public PTQ functions."""
-    session = Session(model, representative_data_gen, core_config, framework, target_resource_utilization)
-    with ptq_run(session.model_name) as run:
-        return session.run(run)
-
-
-def analyze_similarity(
-    float_model: Any,
-    quantized_model: Any,
-    representative_data_gen: Callable[[], Any],
-    debug_config: DebugConfig | None = None,
-) -> SimilarityResult:
-    """Compare a float model with a quantized model this library produced from it.
-
-    The same analysis a logged PTQ call runs (see `DebugConfig`), on its own: with a log
-    folder set, it writes a run folder holding the ``similarity`` runs and the report files.
-
-    Args:
-        float_model: the original float model.
-        quantized_model: the model a PTQ call of this process returned for it.
-        representative_data_gen: as for PTQ; its first ``similarity_samples`` samples are used.
-        debug_config: samples and memory cap; defaults when None.
-
-    Returns:
-        The `SimilarityResult`; ``.report`` is the ranked `SimilarityReport`.
-    """
-    q_graph = produced_graph(quantized_model)
-    if q_graph is None:
-        raise ModelReadError(
-            "quantized_model must be a model returned by a PTQ call of this library in this process; "
-            f"got a {type(quantized_model).__name__} it did not produce"
-        )
-    config = CoreConfig(debug_config=debug_config if debug_config is not None else DebugConfig())
-    session = Session(float_model, representative_data_gen, config, q_graph.framework)
-    with ptq_run(session.model_name) as run:
-        result = analyze(
-            session.backend, session.initial, q_graph, session.data, config.debug_config.similarity_samples,
-            config.debug_config.similarity_memory_cap,
-        )  # fmt: skip
-        if run.folder is not None:
-            result.report.write(run.folder)
-            run.sink.stage(
-                StageReport("quantized_graph", q_graph, graph_memory(q_graph, True), similarity=result)
-            )
-        LOG.info(result.report.summary())
-    return result
+    def info(self, graph: Graph) -> QuantizationInfo:
+        """What quantizing to ``graph`` decided, with the warnings shown so far."""
+        return QuantizationInfo.of(graph, self.model_name, self.warnings)

@@ -1,4 +1,8 @@
-"""Post-training quantization, one function per framework."""
+"""Post-training quantization, one function per framework: the public facades.
+
+Each resolves its configuration once, builds the call's observer and runs the pipeline
+(`ptq.calls`); only this package wires the layers together.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Any
 
 from model_compression_toolkit.core.config import CoreConfig, ResourceUtilization, TuningConfig
 from model_compression_toolkit.core.info import QuantizationInfo
-from model_compression_toolkit.pipeline.session import post_training_quantization
+from model_compression_toolkit.ptq.calls import post_training_quantization, tuned_post_training_quantization
 
 
 def pytorch_post_training_quantization(
@@ -80,8 +84,6 @@ def pytorch_tuned_post_training_quantization(
         The best quantized model found and a `QuantizationInfo` whose ``tuning`` holds
         every trial. Each evaluation is a TensorBoard run in the call's log folder.
     """
-    from model_compression_toolkit.pipeline.tuning import tuned_post_training_quantization
-
     return tuned_post_training_quantization(
         in_module, representative_data_gen, evaluate, tuning_config, core_config, "pytorch"
     )
@@ -106,8 +108,6 @@ def keras_tuned_post_training_quantization(
     Returns:
         The best quantized model found and a `QuantizationInfo` with ``tuning``.
     """
-    from model_compression_toolkit.pipeline.tuning import tuned_post_training_quantization
-
     return tuned_post_training_quantization(
         in_model, representative_data_gen, evaluate, tuning_config, core_config, "keras"
     )

@@ -1,6 +1,6 @@
 """The PyTorch backend: torch.fx reads the model, a GraphModule is built back.
 
-``nn.Module --read--> Graph --build--> fx.GraphModule``; `run` feeds numpy batches in
+``nn.Module --read--> Graph --build--> fx.GraphModule``; `forward` feeds numpy batches in
 and gives numpy arrays out. Nothing here changes the user's model.
 """
 
@@ -64,7 +64,7 @@ class PytorchBackend:
         # ``share`` is not needed: the models built from one graph hold its weights once
         return builder.build(graph, quantized, extra_outputs, weights, tap)
 
-    def run(self, model: nn.Module, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def forward(self, model: nn.Module, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run in inference mode; the outputs flattened (tuples, lists, dict values) to numpy.
 
         A built model is put in eval mode; a user's model in training mode is run as an

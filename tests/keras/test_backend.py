@@ -57,7 +57,7 @@ def roundtrip(model: keras.Model, inputs: list[np.ndarray], atol: float = 1e-5):
     """Read, build in float, and check the outputs match; return the graph and warnings."""
     graph, warnings = B.read(model, inputs)
     rebuilt = B.build(graph, quantized=False)
-    want, got = B.run(model, inputs), B.run(rebuilt, inputs)
+    want, got = B.forward(model, inputs), B.forward(rebuilt, inputs)
     assert len(want) == len(got)
     for w, g in zip(want, got):
         np.testing.assert_allclose(g, w, atol=atol, rtol=1e-5)
@@ -279,7 +279,7 @@ def test_folded_batch_norm_and_removed_dropout_build():
     remove_no_ops(graph)
     fold_batch_norms(graph)
     assert "bn" not in graph and "bias" in graph.node("conv").weights
-    np.testing.assert_allclose(B.run(B.build(graph, False), x)[0], B.run(model, x)[0], atol=1e-5)
+    np.testing.assert_allclose(B.forward(B.build(graph, False), x)[0], B.forward(model, x)[0], atol=1e-5)
 
 
 # ------------------------------------------------------------------------ errors
@@ -355,7 +355,7 @@ def test_quantized_build_matches_numpy_reference():
     model, x = dense_model(), batch(6)
     graph, _ = B.read(model, [x])
     quantize_by_hand(graph)
-    got = B.run(B.build(graph, quantized=True), [x])[0]
+    got = B.forward(B.build(graph, quantized=True), [x])[0]
     w1, b1 = graph.node("d1").weights["kernel"], graph.node("d1").weights["bias"]
     w2, b2 = graph.node("d2").weights["kernel"], graph.node("d2").weights["bias"]
     h = np.maximum(x @ fake_quant(w1, graph.node("d1").quant.weights["kernel"].grid, (1,)) + b1, 0)
@@ -374,17 +374,17 @@ def test_quantized_model_saves_and_loads_bit_identical(tmp_path):
     path = tmp_path / "q.keras"
     quantized.save(path)
     loaded = keras.models.load_model(path)
-    assert np.array_equal(B.run(loaded, [x])[0], B.run(quantized, [x])[0])
+    assert np.array_equal(B.forward(loaded, [x])[0], B.forward(quantized, [x])[0])
 
 
 def test_extra_outputs_follow_graph_outputs():
     model, x = dense_model(), batch(6)
     graph, _ = B.read(model, [x])
-    float_outs = B.run(B.build(graph, False, extra_outputs=["relu"]), [x])
+    float_outs = B.forward(B.build(graph, False, extra_outputs=["relu"]), [x])
     hidden = keras.Model(model.inputs, model.get_layer("relu").output)
-    np.testing.assert_allclose(float_outs[1], B.run(hidden, [x])[0], atol=1e-6)
+    np.testing.assert_allclose(float_outs[1], B.forward(hidden, [x])[0], atol=1e-6)
     quantize_by_hand(graph)
-    q_outs = B.run(B.build(graph, True, extra_outputs=["relu"]), [x])
+    q_outs = B.forward(B.build(graph, True, extra_outputs=["relu"]), [x])
     scale = graph.node("relu").quant.activation.grid.scale
     assert len(q_outs) == 2 and np.allclose(q_outs[1] / scale, np.round(q_outs[1] / scale), atol=1e-4)
 
@@ -394,12 +394,12 @@ def test_a_tap_gets_the_extra_outputs_and_the_model_returns_nothing():
     graph, _ = B.read(model, [x])
     quantize_by_hand(graph)
     names = ["relu", graph.outputs[0][0]]
-    expected = B.run(B.build(graph, True, extra_outputs=names), [x])[1:]
+    expected = B.forward(B.build(graph, True, extra_outputs=names), [x])[1:]
     got = {}
     tapped = B.build(
         graph, True, extra_outputs=names, tap=lambda name, value: got.setdefault(name, value.copy())
     )
-    assert B.run(tapped, [x]) == []
+    assert B.forward(tapped, [x]) == []
     assert list(got) == names
     for name, want in zip(names, expected):
         np.testing.assert_array_equal(got[name], want)
@@ -414,15 +414,15 @@ def test_a_build_shares_the_layers_of_a_model_built_from_the_same_graph_and_weig
     quantize_by_hand(graph)
     weights = QuantizedWeights(graph)
     q_model = B.build(graph, True, weights=weights)
-    before = B.run(q_model, [x])[0]
+    before = B.forward(q_model, [x])[0]
     got = {}
     tapped = B.build(
         graph, True, extra_outputs=["relu"], weights=weights, tap=lambda n, v: got.setdefault(n, v.copy()), share=q_model
     )
     assert {id(layer) for layer in tapped.model.layers} <= {id(layer) for layer in q_model.layers}
-    B.run(tapped, [x])
-    np.testing.assert_array_equal(got["relu"], B.run(B.build(graph, True, extra_outputs=["relu"]), [x])[1])
-    np.testing.assert_array_equal(B.run(q_model, [x])[0], before)
+    B.forward(tapped, [x])
+    np.testing.assert_array_equal(got["relu"], B.forward(B.build(graph, True, extra_outputs=["relu"]), [x])[1])
+    np.testing.assert_array_equal(B.forward(q_model, [x])[0], before)
     own = {id(layer) for layer in q_model.layers}
     for other in (B.build(graph, True, weights=QuantizedWeights(graph), share=q_model), B.build(graph, False, share=q_model)):
         assert not {id(layer) for layer in other.layers} & own
@@ -437,7 +437,7 @@ def test_applications_read_and_rebuild(name):
     x = [RNG.uniform(0, 255, (2, 32, 32, 3)).astype("float32")]
     graph, warnings = B.read(model, x)
     rebuilt = B.build(graph, quantized=False)
-    want, got = B.run(model, x)[0], B.run(rebuilt, x)[0]
+    want, got = B.forward(model, x)[0], B.forward(rebuilt, x)[0]
     np.testing.assert_allclose(got, want, atol=1e-4 * max(1.0, float(np.abs(want).max())))
     unknown = sorted({n.layer_type for n in graph.find([OpKind.UNKNOWN])})
     print(f"{name}: {len(graph)} nodes, unknown layer types {unknown}, {time.time() - start:.1f}s")

@@ -12,9 +12,10 @@ import pytest
 from model_compression_toolkit.errors import LogFolderError
 from model_compression_toolkit.observers import event_file as ef
 from model_compression_toolkit.observers import log_folder as mct_logger
-from model_compression_toolkit.observers.log_folder import get_log_folder, ptq_run, set_log_folder
-from model_compression_toolkit.observers.tensorboard import TensorBoardSink
-from model_compression_toolkit.pipeline.events import STAGES, NullSink
+from model_compression_toolkit.observers.call import observe_call
+from model_compression_toolkit.observers.log_folder import get_log_folder, set_log_folder
+from model_compression_toolkit.observers.tensorboard import TensorBoardObserver
+from model_compression_toolkit.pipeline.events import STAGES, NullObserver
 from tests.observers.test_tensorboard import load, make_graph, make_reports
 
 LIB = logging.getLogger("model_compression_toolkit")
@@ -80,27 +81,25 @@ def test_an_unwritable_folder_fails_at_once(tmp_path, monkeypatch):
         set_log_folder(tmp_path / "logs")
 
 
-# ---------------------------------------------------------------- ptq_run
-def test_no_log_folder_means_null_sink_and_nothing_written(tmp_path, monkeypatch):
+# ---------------------------------------------------------------- observe_call
+def test_no_log_folder_means_a_null_observer_and_nothing_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with ptq_run("m") as run:
-        assert run.folder is None and isinstance(run.sink, NullSink)
-        w = run.writer("similarity")
-        w.add_scalar("x", 1.0)
-        w.add_image("y", b"not even a png" * 0 + _tiny_png())
-        w.flush()
-        w.close()
+    with observe_call("m", get_log_folder()) as call:
+        assert call.folder is None and isinstance(call.observer, NullObserver)
+        reports, _ = make_reports(make_graph())
+        for report in reports:
+            call.observer.stage_finished(report)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_run_folder_layout_and_log_file(tmp_path):
     set_log_folder(tmp_path)
-    with ptq_run("my_model") as run:
-        assert isinstance(run.sink, TensorBoardSink)
+    with observe_call("my_model", get_log_folder()) as run:
+        assert isinstance(run.observer, TensorBoardObserver)
         LIB.info("hello from the library")
         reports, _ = make_reports(make_graph())
         for report in reports:
-            run.sink.stage(report)
+            run.observer.stage_finished(report)
     assert run.folder.parent == tmp_path
     assert run.folder.name.startswith("my_model_") and len(run.folder.name) == len("my_model_20250101-120000")
     log = (run.folder / "mct.log").read_text()
@@ -114,7 +113,7 @@ def test_two_runs_in_the_same_second_get_two_folders(tmp_path, monkeypatch):
     monkeypatch.setattr(mct_logger.time, "strftime", lambda fmt, *a: "20250101-120000")
     folders = []
     for _ in range(3):
-        with ptq_run("m") as run:
+        with observe_call("m", get_log_folder()) as run:
             folders.append(run.folder)
     assert [f.name for f in folders] == ["m_20250101-120000", "m_20250101-120000_1", "m_20250101-120000_2"]
     assert sorted(folders) == folders
@@ -125,13 +124,13 @@ def test_nothing_is_left_open_after_two_runs_even_on_error(tmp_path):
     handlers = list(LIB.handlers)
     fds = open_fds()
     reports, _ = make_reports(make_graph())
-    with ptq_run("ok") as run:
+    with observe_call("ok", get_log_folder()) as run:
         for report in reports:
-            run.sink.stage(report)
-        run.writer("extra").add_scalar("x", 1.0)
-    with pytest.raises(RuntimeError, match="boom"), ptq_run("fails") as run:
-        run.sink.stage(reports[0])
-        run.writer("extra").add_scalar("x", 1.0)
+            run.observer.stage_finished(report)
+        run.observer.writer("extra").add_scalar("x", 1.0)
+    with pytest.raises(RuntimeError, match="boom"), observe_call("fails", get_log_folder()) as run:
+        run.observer.stage_finished(reports[0])
+        run.observer.writer("extra").add_scalar("x", 1.0)
         raise RuntimeError("boom")
     assert LIB.handlers == handlers
     leaked = {fd for fd in open_fds() - fds if str(tmp_path) in fd}
@@ -153,11 +152,11 @@ def test_hostile_names_write_nothing_outside_the_run_folder(tmp_path):
     g = make_graph(hostile)
     reports, _ = make_reports(g)
     set_log_folder(logs)
-    with ptq_run("../../evil model/ü") as run:
+    with observe_call("../../evil model/ü", get_log_folder()) as run:
         for report in reports:
-            run.sink.stage(report)
-        run.writer("../../escape").add_scalar("../x", 1.0)
-        run.writer("sim/ ../ok").add_scalar("t", 1.0)
+            run.observer.stage_finished(report)
+        run.observer.writer("../../escape").add_scalar("../x", 1.0)
+        run.observer.writer("sim/ ../ok").add_scalar("t", 1.0)
     (only,) = list(logs.iterdir())
     assert only == run.folder
     assert list((tmp_path / "x").iterdir()) == []
@@ -173,19 +172,19 @@ def test_hostile_names_write_nothing_outside_the_run_folder(tmp_path):
 def test_a_write_failure_warns_with_the_path_and_quantization_goes_on(tmp_path, monkeypatch):
     set_log_folder(tmp_path)
     reports, _ = make_reports(make_graph())
-    with warnings.catch_warnings(record=True) as caught, ptq_run("m") as run:
+    with warnings.catch_warnings(record=True) as caught, observe_call("m", get_log_folder()) as run:
         warnings.simplefilter("always")
-        run.sink.stage(reports[0])
-        monkeypatch.setattr(ef._File, "write", _disk_full)
+        run.observer.stage_finished(reports[0])
+        monkeypatch.setattr(ef.RunWriter, "_write", _disk_full)
         for report in reports[1:]:
-            run.sink.stage(report)  # must not raise
-        w = run.writer("similarity")
+            run.observer.stage_finished(report)  # must not raise
+        w = run.observer.writer("similarity")
         w.add_scalar("x", 1.0)
         w.flush()
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(messages) == 1
     assert str(run.folder / reports[1].name) in messages[0] and "No space left" in messages[0]
-    assert run.sink.failed
+    assert run.observer.failed
     monkeypatch.undo()
     first = load(run.folder / reports[0].name)  # written before the failure: still readable
     assert [n.name for n in first.Graph().node] == [n.name for n in reports[0].graph.nodes()]
@@ -193,8 +192,8 @@ def test_a_write_failure_warns_with_the_path_and_quantization_goes_on(tmp_path, 
     assert LIB.handlers == [h for h in LIB.handlers if not isinstance(h, logging.FileHandler)]
 
 
-def test_a_failing_writer_thread_does_not_print_a_traceback(tmp_path, monkeypatch, capfd):
-    monkeypatch.setattr(ef._File, "write", _raising_write)
+def test_a_failing_write_reaches_on_error_without_a_traceback(tmp_path, monkeypatch, capfd):
+    monkeypatch.setattr(ef.RunWriter, "_write", _disk_full)
     seen = []
     w = ef.RunWriter(tmp_path / "r", on_error=lambda p, e: seen.append(e))
     w.add_scalar("x", 1.0)
@@ -204,25 +203,5 @@ def test_a_failing_writer_thread_does_not_print_a_traceback(tmp_path, monkeypatc
 
 
 def _disk_full(self, data):
-    self.error = OSError(28, "No space left on device")
-
-
-def _raising_write(self, data):
-    self._do(_raise_enospc, data)
-
-
-def _raise_enospc(data):
     raise OSError(28, "No space left on device")
 
-
-def _tiny_png() -> bytes:
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    buf = io.BytesIO()
-    Figure(figsize=(1, 1), dpi=10).savefig(buf, format="png")
-    return buf.getvalue()

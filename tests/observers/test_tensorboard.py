@@ -23,8 +23,9 @@ from model_compression_toolkit.core.quant_config import (
 )
 from model_compression_toolkit.observers import event_file as ef
 from model_compression_toolkit.observers import protos as tb
-from model_compression_toolkit.observers.log_folder import ptq_run, safe_run_path, set_log_folder
-from model_compression_toolkit.observers.tensorboard import TensorBoardSink
+from model_compression_toolkit.observers.call import observe_call
+from model_compression_toolkit.observers.log_folder import get_log_folder, safe_run_path, set_log_folder
+from model_compression_toolkit.observers.tensorboard import TensorBoardObserver
 from model_compression_toolkit.pipeline.events import STAGES, NodeMemory, StageReport
 
 SYM, MSE = QuantizationMethod.SYMMETRIC, QuantizationErrorMethod.MSE
@@ -132,9 +133,9 @@ def write_run(tmp_path: Path, g: Graph | None = None, model_name: str = "tiny") 
     g = g or make_graph()
     reports, acts = make_reports(g)
     set_log_folder(tmp_path / "logs")
-    with ptq_run(model_name) as run:
+    with observe_call(model_name, get_log_folder()) as run:
         for report in reports:
-            run.sink.stage(report)
+            run.observer.stage_finished(report)
     return run.folder, g, acts
 
 
@@ -343,10 +344,10 @@ def test_extra_runs_and_images_through_the_run_context(tmp_path):
     from matplotlib.figure import Figure
 
     set_log_folder(tmp_path)
-    with ptq_run("m") as run:
+    with observe_call("m", get_log_folder()) as run:
         fig = Figure(figsize=(2, 2), dpi=40)
         fig.add_subplot().plot([1, 2])
-        w = run.writer("similarity")
+        w = run.observer.writer("similarity")
         w.add_image("cosine", tb.figure_to_png(fig), step=3)
         w.add_scalar("score", 0.5, step=1)
         w.flush()
@@ -394,9 +395,9 @@ def test_a_wide_model_gets_every_channel_of_every_layer(tmp_path):
         )
     g.inputs, g.outputs = ["block_0/conv"], [(prev, 0)]
     memory = make_memory(g)
-    sink = TensorBoardSink(tmp_path)
-    sink.stage(StageReport("initial_graph", g, memory))
-    sink.stage(StageReport("after_statistics_collection", g, memory, statistics=stats))
+    sink = TensorBoardObserver(tmp_path)
+    sink.stage_finished(StageReport("initial_graph", g, memory))
+    sink.stage_finished(StageReport("after_statistics_collection", g, memory, statistics=stats))
     sink.close()
     acc = load(tmp_path / "after_statistics_collection" / "max_per_channel")
     assert len(acc.Scalars("block_59/conv")) == 2048
@@ -416,7 +417,7 @@ def test_writing_does_not_import_tensorflow(tmp_path):
 def test_run_writer_raises_without_on_error_and_reports_with_it(tmp_path, monkeypatch):
     seen = []
     w = ef.RunWriter(tmp_path / "r", on_error=lambda p, e: seen.append((p, e)))
-    monkeypatch.setattr(ef._File, "write", _disk_full)
+    monkeypatch.setattr(ef.RunWriter, "_write", _disk_full)
     w.add_scalar("x", 1.0)
     w.flush()
     assert seen and seen[0][0] == tmp_path / "r" and w.disabled
@@ -424,15 +425,15 @@ def test_run_writer_raises_without_on_error_and_reports_with_it(tmp_path, monkey
     w.close()
     monkeypatch.undo()
     raw = ef.RunWriter(tmp_path / "s")
-    monkeypatch.setattr(ef._File, "write", _disk_full)
-    raw.add_scalar("x", 1.0)
-    with pytest.raises(OSError):
-        raw.flush()
+    monkeypatch.setattr(ef.RunWriter, "_write", _disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        raw.add_scalar("x", 1.0)  # written at once: the error reaches the caller there
+    assert raw.disabled
     raw.close()
 
 
 def _disk_full(self, data):
-    self.error = OSError(28, "No space left on device")
+    raise OSError(28, "No space left on device")
 
 
 def test_histogram_proto_round_trips_through_the_summary_proto():
@@ -452,9 +453,4 @@ def test_records_are_the_bytes_tensorboards_record_writer_writes(tmp_path):
     reference = RecordWriter(expected)
     for data in payloads:
         reference.write(data)
-    path = tmp_path / "records"
-    records = ef._Records(ef._File(str(path)))
-    for data in payloads:
-        records.write(data)
-    records.close()
-    assert path.read_bytes() == expected.getvalue()
+    assert b"".join(ef.frame_record(data) for data in payloads) == expected.getvalue()

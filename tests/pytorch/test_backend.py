@@ -188,7 +188,7 @@ def test_float_build_reproduces_the_model(key):
     assert warnings == []
     assert OpKind.UNKNOWN not in {n.kind for n in graph.nodes()}
     built = BACKEND.build(graph, quantized=False)
-    _assert_same(BACKEND.run(model, sample), BACKEND.run(built, sample))
+    _assert_same(BACKEND.forward(model, sample), BACKEND.forward(built, sample))
     with torch.no_grad():  # same output structure as the original
         want = model(*(torch.from_numpy(x) for x in sample))
         got = built(*(torch.from_numpy(x) for x in sample))
@@ -258,7 +258,7 @@ def test_unsupported_ops_are_kept_and_named_in_the_warnings():
     assert graph.node("chunk").output_shapes == [(None, 1, 8, 8), (None, 1, 8, 8)]
     assert graph.node("prelu").weights.keys() == {"weight"}
     assert graph.node("erf").kind == OpKind.UNKNOWN
-    _assert_same(BACKEND.run(model, sample), BACKEND.run(BACKEND.build(graph, quantized=True), sample))
+    _assert_same(BACKEND.forward(model, sample), BACKEND.forward(BACKEND.build(graph, quantized=True), sample))
 
 
 def test_unsupported_layers_of_one_type_give_one_warning_naming_them(recwarn):
@@ -315,15 +315,15 @@ def test_user_model_is_left_unchanged():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     graph, _ = BACKEND.read(model, sample)
     built = BACKEND.build(graph, quantized=False)
-    BACKEND.run(built, sample)
-    outputs = BACKEND.run(model, sample)  # in eval mode, yet the flag stays True
+    BACKEND.forward(built, sample)
+    outputs = BACKEND.forward(model, sample)  # in eval mode, yet the flag stays True
     assert model.training and all(m.training for m in model.modules())
     assert calls == [1]  # only the user's own run called the user's hook
     assert len(model.features[0]._forward_hooks) == 1
     assert all(p.requires_grad for p in model.parameters())
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
-    _assert_same(outputs, BACKEND.run(built, sample))
+    _assert_same(outputs, BACKEND.forward(built, sample))
 
 
 def _conv_quant(graph, name, kernel_threshold, activation_threshold):
@@ -363,14 +363,14 @@ def test_quantized_build_matches_numpy_fake_quant():
         y = F.conv2d(torch.from_numpy(sample[0]), torch.from_numpy(qkernel), model[0].bias).numpy()
     agrid32 = dataclasses.replace(agrid, scale=np.float32(agrid.scale), zero_point=np.float32(agrid.zero_point))
     expected = fake_quant(y, agrid32)  # activations are fake-quantized in float32
-    (got,) = BACKEND.run(built, sample)
+    (got,) = BACKEND.forward(built, sample)
     np.testing.assert_allclose(got, expected, atol=1e-6, rtol=0)
     assert len(np.unique(got)) <= 256
     quantizers = [name for name, m in built.named_modules() if type(m).__name__ == "ActivationFakeQuant"]
     assert quantizers == ["0_activation_quant"]
     np.testing.assert_array_equal(built.get_submodule("0").weight.numpy(), qkernel)
     # float mode ignores the grids
-    _assert_same(BACKEND.run(model, sample), BACKEND.run(BACKEND.build(graph, quantized=False), sample))
+    _assert_same(BACKEND.forward(model, sample), BACKEND.forward(BACKEND.build(graph, quantized=False), sample))
 
 
 @pytest.mark.parametrize("inplace", [False, True])
@@ -422,7 +422,7 @@ def test_quantizer_name_says_which_node():
     built = BACKEND.build(graph, quantized=True, extra_outputs=["features.0"])
     names = [name for name, m in built.named_modules() if type(m).__name__ == "ActivationFakeQuant"]
     assert names == ["features_0_activation_quant"] and "features.0" in repr(built.get_submodule(names[0]))
-    _, conv_out = BACKEND.run(built, sample)
+    _, conv_out = BACKEND.forward(built, sample)
     step = 4.0 / 128
     np.testing.assert_allclose(conv_out / step, np.round(conv_out / step), atol=1e-4)
 
@@ -436,8 +436,8 @@ def test_extra_outputs_return_intermediate_tensors():
         )
     graph, _ = BACKEND.read(model, sample)
     built = BACKEND.build(graph, quantized=False, extra_outputs=["conv2", "conv1", "bn1"])
-    final, conv2, conv1, bn1 = BACKEND.run(built, sample)
-    (expected,) = BACKEND.run(model, sample)
+    final, conv2, conv1, bn1 = BACKEND.forward(built, sample)
+    (expected,) = BACKEND.forward(model, sample)
     _assert_same([expected, seen["conv2"], seen["conv1"], seen["bn1"]], [final, conv2, conv1, bn1])
 
 
@@ -446,7 +446,7 @@ def test_a_tap_gets_each_output_as_it_is_computed_and_the_model_returns_nothing(
     graph, _ = BACKEND.read(model, sample)
     names = [graph.inputs[0], "conv1", "conv2"]
     outputs = dict(
-        zip(names, BACKEND.run(BACKEND.build(graph, quantized=False, extra_outputs=names), sample)[1:])
+        zip(names, BACKEND.forward(BACKEND.build(graph, quantized=False, extra_outputs=names), sample)[1:])
     )
     events, got = [], {}
 
@@ -456,7 +456,7 @@ def test_a_tap_gets_each_output_as_it_is_computed_and_the_model_returns_nothing(
 
     tapped = BACKEND.build(graph, quantized=False, extra_outputs=names, tap=tap)
     tapped.get_submodule("conv2").register_forward_pre_hook(lambda m, i: events.append("conv2 runs"))
-    assert BACKEND.run(tapped, sample) == []
+    assert BACKEND.forward(tapped, sample) == []
     assert events == [names[0], "conv1", "conv2 runs", "conv2"]  # handed over before the next layer runs
     _assert_same([outputs[n] for n in names], [got[n] for n in names])
 
@@ -470,15 +470,15 @@ def test_models_built_from_one_set_of_quantized_weights_share_them():
     kernel = weights["features.0"]["kernel"]
     for built in (first, second):  # no copy of the weights per model
         assert built.get_submodule("features.0").weight.data_ptr() == kernel.ctypes.data
-    np.testing.assert_array_equal(BACKEND.run(first, sample)[0], BACKEND.run(second, sample)[0])
+    np.testing.assert_array_equal(BACKEND.forward(first, sample)[0], BACKEND.forward(second, sample)[0])
     read_only = graph.node("features.0").weights["kernel"]
     read_only.flags.writeable = False  # a weight torch cannot share is copied, without a warning
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         built = BACKEND.build(graph, quantized=False)
     assert built.get_submodule("features.0").weight.data_ptr() != read_only.ctypes.data
-    (plain,) = BACKEND.run(built, sample)
-    np.testing.assert_allclose(plain, BACKEND.run(model, sample)[0], atol=1e-5)
+    (plain,) = BACKEND.forward(built, sample)
+    np.testing.assert_allclose(plain, BACKEND.forward(model, sample)[0], atol=1e-5)
 
 
 def test_extra_output_is_not_overwritten_by_an_inplace_relu():
@@ -490,8 +490,8 @@ def test_extra_output_is_not_overwritten_by_an_inplace_relu():
 
     model.features[1].register_forward_hook(hook)
     graph, _ = BACKEND.read(model, sample)
-    _, bn = BACKEND.run(BACKEND.build(graph, quantized=False, extra_outputs=["features.1"]), sample)
-    BACKEND.run(model, sample)
+    _, bn = BACKEND.forward(BACKEND.build(graph, quantized=False, extra_outputs=["features.1"]), sample)
+    BACKEND.forward(model, sample)
     assert (bn < 0).any()
     _assert_same([seen["bn"]], [bn])
 
@@ -513,14 +513,14 @@ def test_an_activation_works_in_place_only_on_a_tensor_it_alone_reads():
     sample = [np.random.default_rng(4).standard_normal((2, 3, 6, 6)).astype(np.float32)]
     graph, _ = BACKEND.read(model, sample)
     built = BACKEND.build(graph, quantized=False)
-    for want, got in zip(BACKEND.run(model, sample), BACKEND.run(built, sample), strict=True):
+    for want, got in zip(BACKEND.forward(model, sample), BACKEND.forward(built, sample), strict=True):
         np.testing.assert_array_equal(got, want)
     assert built.get_submodule("relu").inplace is False  # conv's output is read again
     assert built.get_submodule("relu6").inplace is True  # conv2's output: one tensor less
     assert model.relu6.inplace is True and model.relu.inplace is False  # the user's modules as they were
     tapped = BACKEND.build(graph, quantized=False, extra_outputs=["conv2"])
     assert tapped.get_submodule("relu6").inplace is False
-    conv2 = BACKEND.run(tapped, sample)[-1]
+    conv2 = BACKEND.forward(tapped, sample)[-1]
     assert (conv2 < 0).any()
 
 
@@ -550,8 +550,8 @@ def test_max_pooling_is_reproduced_bit_for_bit():
     sample = [np.random.default_rng(1).standard_normal((2, 5, 15, 13)).astype(np.float32)]
     graph, warnings = BACKEND.read(model, sample)
     assert warnings == []
-    got = BACKEND.run(BACKEND.build(graph, quantized=False), sample)
-    for want, value in zip(BACKEND.run(model, sample), got, strict=True):
+    got = BACKEND.forward(BACKEND.build(graph, quantized=False), sample)
+    for want, value in zip(BACKEND.forward(model, sample), got, strict=True):
         np.testing.assert_array_equal(value, want)
 
 
@@ -567,8 +567,8 @@ def test_a_new_bias_is_built_and_used(layer):
     assert "bias" not in graph.node("0").weights
     bias = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
     graph.node("0").weights["bias"] = bias
-    (plain,) = BACKEND.run(model, sample)
-    (got,) = BACKEND.run(BACKEND.build(graph, quantized=False), sample)
+    (plain,) = BACKEND.forward(model, sample)
+    (got,) = BACKEND.forward(BACKEND.build(graph, quantized=False), sample)
     axis = 1 if layer == "conv" else -1
     shape = [1] * got.ndim
     shape[axis] = 4
@@ -594,7 +594,7 @@ def test_small_helpers():
     ids = [np.array([[1, 2], [3, 9]], np.int64)]
     graph, warnings = BACKEND.read(model, ids)
     assert "Embedding" in warnings[0] and graph.node("embed").weights["weight"].shape == (10, 4)
-    _assert_same(BACKEND.run(model, ids), BACKEND.run(BACKEND.build(graph, quantized=False), ids))
+    _assert_same(BACKEND.forward(model, ids), BACKEND.forward(BACKEND.build(graph, quantized=False), ids))
 
 
 def test_a_non_tensor_argument_is_left_unquantized():
@@ -611,8 +611,8 @@ def test_a_non_tensor_argument_is_left_unquantized():
     q_model, info = mct.ptq.pytorch_post_training_quantization(model, lambda: iter([[x]]))
     assert info.layers["x"].activation is not None
     assert info.layers["k"].activation is None and "non-tensor" in info.layers["k"].activation_float_reason
-    (expected,) = BACKEND.run(model, [x])
-    np.testing.assert_allclose(BACKEND.run(q_model, [x])[0], expected, atol=0.1 * np.abs(expected).max())
+    (expected,) = BACKEND.forward(model, [x])
+    np.testing.assert_allclose(BACKEND.forward(q_model, [x])[0], expected, atol=0.1 * np.abs(expected).max())
 
 
 def test_reading_a_model_does_not_import_symbolic_shapes():
@@ -652,8 +652,8 @@ def test_optional_arguments_the_data_does_not_give_are_read_with_their_defaults(
         q_model, info = mct.ptq.pytorch_post_training_quantization(model, lambda: iter([[x]]))
     assert list(inspect.signature(q_model.forward).parameters) == ["x"]
     assert any("mask=None" in w for w in info.warnings)
-    (expected,) = BACKEND.run(model, [x])
-    (got,) = BACKEND.run(q_model, [x])
+    (expected,) = BACKEND.forward(model, [x])
+    (got,) = BACKEND.forward(q_model, [x])
     assert got.shape == expected.shape == (4, 2)
     np.testing.assert_allclose(got, expected, atol=0.05 * np.abs(expected).max())
 
@@ -666,4 +666,4 @@ def test_an_optional_argument_the_data_gives_stays_an_input():
     graph, read_warnings = BACKEND.read(model, [x, mask])
     assert graph.inputs == ["x", "mask"] and any("features=False" in w for w in read_warnings)
     assert not any("mask=None" in w for w in read_warnings)
-    _assert_same(BACKEND.run(model, [x, mask]), BACKEND.run(BACKEND.build(graph, quantized=False), [x, mask]))
+    _assert_same(BACKEND.forward(model, [x, mask]), BACKEND.forward(BACKEND.build(graph, quantized=False), [x, mask]))

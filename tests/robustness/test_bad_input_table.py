@@ -202,7 +202,7 @@ CONFIG_CASES = [
     ("lp_nan", lambda: _qc(l_p_value=math.nan), r"l_p_value .*got nan"),
     ("histogram_bins_8", lambda: _qc(histogram_bins=8), r"histogram_bins .*16 to 65536; got 8"),
     ("similarity_samples_0", lambda: _dc(similarity_samples=0), r"similarity_samples .*>= 1; got 0"),
-    ("analyze_similarity_str", lambda: _dc(analyze_similarity="yes"), r"analyze_similarity must be True or False; got 'yes'"),
+    ("analyze_similarity_str", lambda: _dc(analyze_similarity="yes"), r"analyze_similarity must be True, False or None.*got 'yes'"),
     ("memory_cap_tiny", lambda: _dc(similarity_memory_cap=1000), r"similarity_memory_cap .*1 MiB; got 1000"),
     (
         "quantization_config_dict",

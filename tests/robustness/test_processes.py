@@ -47,7 +47,7 @@ def test_two_processes_logging_into_the_same_folder_at_once_give_two_complete_ru
     for run in runs:
         assert_complete_run(run)
         log = (run / "mct.log").read_text(encoding="utf-8")
-        assert log.count("quantization run") == 1, log  # one process per run folder
+        assert log.count("quantization call") == 1, log  # one process per call folder
     multiplexer = event_multiplexer.EventMultiplexer().AddRunsFromDirectory(str(logs))
     multiplexer.Reload()
     graphs = [name for name, tags in multiplexer.Runs().items() if tags["graph"]]

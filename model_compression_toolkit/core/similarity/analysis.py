@@ -1,35 +1,24 @@
-"""Run the similarity analysis: float outputs (kept or computed), the quantized and local
-models on the same samples, chunk by chunk, metrics as outputs arrive."""
+"""The similarity analysis itself: float outputs (kept or computed), the quantized and
+local models on the same samples, chunk by chunk, metrics as the outputs arrive.
+
+``float chunks (reference) -> quantized model --tap--> accumulator <--tap-- local model``
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from model_compression_toolkit.core.backend import Backend
 from model_compression_toolkit.core.calibration.bins import AnchoredBins
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics
-from model_compression_toolkit.core.data import RepresentativeData
 from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.core.similarity.metrics import MetricSums, SampleMetrics, blocks, sample_rows
-from model_compression_toolkit.core.similarity.plan import (
-    LOCAL_SUFFIX,
-    Chunk,
-    ComparePoint,
-    FloatReference,
-    LocalGraph,
-    chunk_size,
-    compare_points,
-    float_names,
-    local_graph,
-    sample_chunks,
-)
+from model_compression_toolkit.core.similarity.plan import LOCAL_SUFFIX, ComparePoint, Comparison
+from model_compression_toolkit.core.similarity.reference import FloatModel, float_chunks
 from model_compression_toolkit.core.similarity.report import LayerSimilarity, SimilarityReport
-
-BYTES_PER_VALUE = 4
 
 
 @dataclass
@@ -184,83 +173,6 @@ def _activation_threshold(node: Node) -> float | None:
     return None
 
 
-def _bytes_per_sample(graph: Graph, names: list[str]) -> float:
-    return float(sum(graph.node(n).output_size() for n in names) * BYTES_PER_VALUE)
-
-
-@dataclass
-class Comparison:
-    """What comparing a float graph with a quantized one runs and reads.
-
-    Attributes:
-        points: the compare points (``point.local`` set where a local error is computed).
-        local: the local model's graph and feeds.
-        float_names: the float-graph nodes whose outputs are read.
-        float_bytes: bytes per sample of those float outputs.
-        other_bytes: bytes per sample of the larger of the quantized and local models'
-            outputs at the compare points: a bound on what one of their runs holds of
-            them (PyTorch lets each go once reduced; a Keras call holds all until it
-            returns).
-    """
-
-    points: list[ComparePoint]
-    local: LocalGraph
-    float_names: list[str]
-    float_bytes: float
-    other_bytes: float
-
-    @classmethod
-    def of(cls, float_graph: Graph, q_graph: Graph) -> Comparison:
-        points = compare_points(float_graph, q_graph)
-        local = local_graph(q_graph, points)
-        names = float_names(points, local)
-        other = max(
-            _bytes_per_sample(q_graph, [p.name for p in points]),
-            _bytes_per_sample(local.graph, [name for name, _ in local.graph.outputs]),
-        )
-        return cls(points, local, names, _bytes_per_sample(float_graph, names), other)
-
-    def keeps_reference(self, samples: int, memory_cap: int) -> bool:
-        """Whether the float outputs of all ``samples`` fit under ``memory_cap`` with room
-        left for one sample of the quantized or local model's outputs."""
-        return samples * self.float_bytes + self.other_bytes <= memory_cap
-
-    def chunk_size(self, samples: int, memory_cap: int, reference: bool = False) -> int:
-        """Samples per chunk so that the outputs held at once stay under ``memory_cap``:
-        the float ones of the chunk and one model's; with ``reference``, the float ones of
-        all the samples (kept by the statistics pass) and one model's on the chunk."""
-        if reference:
-            return chunk_size(self.other_bytes, samples, int(memory_cap - samples * self.float_bytes))
-        return chunk_size(self.float_bytes + self.other_bytes, samples, memory_cap)
-
-
-def float_chunks(
-    backend: Backend,
-    float_graph: Graph,
-    plan: Comparison,
-    data: RepresentativeData,
-    samples: int,
-    memory_cap: int,
-    reference: FloatReference | None = None,
-) -> Iterator[Chunk]:
-    """(inputs, float outputs at ``plan.float_names``) for the first ``samples`` samples,
-    in chunks that keep the outputs held at once under ``memory_cap`` (`Comparison.chunk_size`).
-
-    From ``reference`` when it holds them (no float pass at all), else from a float pass
-    over a fresh iteration of the data (on the layers of the statistics pass's model, when
-    ``reference`` kept it).
-    """
-    names = plan.float_names
-    if reference is not None and reference.covers(names, samples):
-        yield from reference.chunks(samples, plan.chunk_size(samples, memory_cap, reference=True))
-        return
-    model = backend.build(
-        float_graph, quantized=False, extra_outputs=names, share=reference.model if reference is not None else None
-    )
-    skip = len(float_graph.outputs)
-    for inputs in sample_chunks(data.samples(samples), plan.chunk_size(samples, memory_cap)):
-        yield inputs, dict(zip(names, backend.run(model, inputs)[skip:]))
-
 
 class _Router:
     """The tap of the quantized (or the local) model: hands each compare point's output,
@@ -282,35 +194,32 @@ class _Router:
 
 
 def analyze(
-    backend: Backend,
-    float_graph: Graph,
+    float_model: FloatModel,
     q_graph: Graph,
-    data: RepresentativeData,
     samples: int,
     memory_cap: int,
     stats: Mapping[str, NodeStatistics] | None = None,
-    reference: FloatReference | None = None,
     weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     q_model: Any = None,
 ) -> SimilarityResult:
-    """Compare the float model (``float_graph``, before preparation) with the quantized one.
+    """Compare the float model (its graph before preparation) with the quantized one.
 
     Args:
-        backend: builds and runs the models.
-        float_graph: the user's model as read, before any transform.
+        float_model: the float side: its graph, the backend, the data (the first
+            ``samples`` samples are used) and the outputs the statistics pass kept (the
+            float model runs only when they do not hold what the comparison reads).
         q_graph: the quantized graph (thresholds selected).
-        data: the representative data; the first ``samples`` samples are used.
+        samples: how many representative samples are compared.
         memory_cap: bytes of layer outputs held at once.
         stats: collected statistics by node, to put the histograms on the right range.
-        reference: the float outputs kept by the statistics pass; the float model runs
-            only when it does not hold what the comparison reads.
         weights: quantized weights already computed (node -> weight name -> array).
         q_model: the model built from ``q_graph`` with ``weights``, whose layers the
             analysis's quantized model reuses where the backend can (`Backend.build`).
     """
-    plan = Comparison.of(float_graph, q_graph)
+    backend, reference = float_model.backend, float_model.reference
+    plan = Comparison.of(float_model.graph, q_graph)
     points, local = plan.points, plan.local
-    chunks = float_chunks(backend, float_graph, plan, data, samples, memory_cap, reference)
+    chunks = float_chunks(float_model, plan, samples, memory_cap)
     float_histograms = reference.histograms_of(samples) if reference is not None else {}
     accumulators = [
         _PointAccumulator(p, q_graph.node(p.name), (stats or {}).get(p.name), float_histograms.get(p.name))
@@ -336,10 +245,10 @@ def analyze(
     seen = 0
     for chunk, f_out in chunks:
         q_tap.float_outputs = local_tap.float_outputs = f_out
-        backend.run(quantized_model, chunk)
+        backend.forward(quantized_model, chunk)
         if local_model is not None:
             feeds = local.inputs(chunk, f_out)
-            backend.run(local_model, feeds)
+            backend.forward(local_model, feeds)
             del feeds
         seen += len(chunk[0])
         q_tap.float_outputs = local_tap.float_outputs = {}

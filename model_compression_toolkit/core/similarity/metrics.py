@@ -6,6 +6,8 @@ All metrics are finite, always:
   identical (1.0), exactly one all-zero sample as unrelated (0.0).
 - SQNR in dB: ``10 log10(signal power / noise power)``, clamped to
   [-SQNR_CEILING_DB, SQNR_CEILING_DB]; identical samples get the ceiling.
+- NSR, the noise-to-signal ratio ``1 / SQNR`` (linear), clamped like the SQNR, and 0
+  for identical samples: what adds up across layers (mixed precision sums it).
 - MSE and max absolute error.
 
 Non-finite values in either tensor are treated as zero (and counted by the caller).
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -38,10 +40,11 @@ class SampleMetrics:
     mse: np.ndarray
     sqnr_db: np.ndarray
     max_abs: np.ndarray
+    nsr: np.ndarray
 
     @classmethod
     def concat(cls, parts: list[SampleMetrics]) -> SampleMetrics:
-        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("cosine", "mse", "sqnr_db", "max_abs")))
+        return cls(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)))
 
 
 def sample_rows(x: np.ndarray) -> np.ndarray:
@@ -112,10 +115,12 @@ class MetricSums:
             cosine = np.where(both_zero, 1.0, np.clip(np.nan_to_num(cosine, nan=0.0), -1.0, 1.0))
             ratio = np.where(noise > 0, signal / np.where(noise > 0, noise, 1.0), np.inf)
             sqnr = np.where(noise > 0, 10 * np.log10(np.maximum(ratio, 1e-300)), SQNR_CEILING_DB)
+            floor = 10.0 ** (-SQNR_CEILING_DB / 10)
+            nsr = np.where(noise > 0, np.clip(np.nan_to_num(1 / ratio, nan=1 / floor), floor, 1 / floor), 0.0)
         sqnr = np.clip(np.nan_to_num(sqnr, nan=-SQNR_CEILING_DB), -SQNR_CEILING_DB, SQNR_CEILING_DB)
         mse = np.nan_to_num(noise / max(self.values, 1), nan=0.0, posinf=np.finfo(np.float64).max)
         max_abs = np.nan_to_num(self.max_abs, nan=0.0, posinf=np.finfo(np.float64).max)
-        return SampleMetrics(cosine=cosine, mse=mse, sqnr_db=sqnr, max_abs=max_abs)
+        return SampleMetrics(cosine=cosine, mse=mse, sqnr_db=sqnr, max_abs=max_abs, nsr=nsr)
 
 
 def compare(reference: np.ndarray, actual: np.ndarray) -> SampleMetrics:

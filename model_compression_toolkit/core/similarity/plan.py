@@ -1,6 +1,6 @@
-"""Float vs quantized, layer by layer, on the first N representative samples.
+"""What a float vs quantized comparison compares, and what it runs to do so.
 
-Three models see the same samples, in chunks that keep the extra memory under a cap:
+The comparison (`core.similarity.analysis`) runs three models on the first N samples, in chunks that keep the extra memory under a cap:
 
 - the float model rebuilt from the user's original graph (before BN folding), with an
   extra output at every compare point's reference and at every local group's inputs.
@@ -19,9 +19,8 @@ Layer outputs are reduced to metrics and histograms as they are produced.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -63,7 +62,7 @@ def compare_points(float_graph: Graph, q_graph: Graph) -> list[ComparePoint]:
     return points
 
 
-def _local_group(graph: Graph, point: Node) -> list[Node]:
+def local_group(graph: Graph, point: Node) -> list[Node]:
     """The point and the fused layers before it that have no quantizer of their own.
 
     ``conv -> relu(q)``: the local unit of ``relu`` is conv and relu together.
@@ -111,7 +110,7 @@ def local_graph(q_graph: Graph, points: list[ComparePoint]) -> LocalGraph:
     placeholders: dict[tuple[str, int], str] = {}
     for point in points:
         node = q_graph.node(point.name)
-        group = _local_group(q_graph, node)
+        group = local_group(q_graph, node)
         members = {n.name for n in group}
         inputs = [e for n in group for e in q_graph.in_edges(n.name) if e.src not in members]
         if any(n.kind in _NO_LOCAL for n in group) or any(q_graph.node(e.src).kind == OpKind.SHAPE for e in inputs):
@@ -165,113 +164,62 @@ def float_names(points: list[ComparePoint], local: LocalGraph) -> list[str]:
     return list(dict.fromkeys([p.reference for p in points] + [ref for kind, ref in local.feeds if kind == "float"]))
 
 
-Chunk = tuple[list[np.ndarray], dict[str, np.ndarray]]  # (model inputs, float-graph node -> output)
-
-
-class FloatReference:
-    """The first samples of the representative data and the float model's outputs on them.
-
-    Recorded during the statistics pass, which runs the float model anyway, so that the
-    similarity analysis and the mixed-precision search need no float pass of their own:
-    ``statistics pass -> add(batch, outputs) -> chunks() -> quantized and local passes``.
-    The batches are kept as they came (only the last one is cut), so nothing is copied.
-
-    When the outputs do not fit the memory cap, ``keep=False`` keeps none of them, only the
-    float histograms of the first samples and the statistics pass's model (``model``): the
-    comparison then runs the float model again, on that model's layers, and does not bin
-    its outputs.
-
-    Args:
-        names: the float-graph nodes whose outputs are kept.
-        samples: how many samples to keep (fewer when the data holds fewer).
-        keep: whether to keep the inputs and outputs, or only count the samples seen.
-    """
-
-    def __init__(self, names: list[str], samples: int, keep: bool = True) -> None:
-        self.names, self.wanted, self.keep = list(names), int(samples), keep
-        self.model: Any = None  # with keep=False: the float model the statistics pass ran
-        self.samples = 0
-        self._chunks: list[Chunk] = []
-        # node -> (counts, edges): the histogram of its float output on exactly the kept
-        # samples, on the statistics' bins (the float side of the comparison's histograms);
-        # set by whoever feeds the batches
-        self.histograms: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
-
-    @property
-    def room(self) -> int:
-        """Samples still wanted."""
-        return self.wanted - self.samples
-
-    def histograms_of(self, samples: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """The float histograms of the first ``samples`` samples, when those are the samples
-        the histograms were taken on (``keep`` or not): as many, or more when the data
-        ran out before the samples wanted."""
-        exact = samples == self.samples or self.samples < samples and self.room > 0
-        return (self.histograms or {}) if exact else {}
-
-    def add(self, inputs: list[np.ndarray], outputs: dict[str, np.ndarray]) -> None:
-        """Keep the part of one batch that falls within the first ``samples`` samples (an
-        output without a batch axis, a scalar, is kept whole)."""
-        batch = len(inputs[0])
-        take = min(self.room, batch)
-        if take <= 0:
-            return
-        self.samples += take
-        if not self.keep:
-            return
-
-        def cut(a: np.ndarray) -> np.ndarray:  # a copy, so that the rest of the batch is let go
-            return np.array(a[:take]) if take < batch and has_batch_axis(a, batch) else a
-
-        self._chunks.append(([cut(a) for a in inputs], {n: cut(outputs[n]) for n in self.names}))
-
-    def covers(self, names: list[str], samples: int) -> bool:
-        """Whether the first ``samples`` samples of the data and the outputs ``names`` are all here."""
-        return self.keep and samples <= self.wanted and set(names) <= set(self.names)
-
-    def chunks(self, samples: int, chunk: int | None = None) -> Iterator[Chunk]:
-        """The kept batches, cut after the first ``samples`` samples and into pieces of at
-        most ``chunk`` samples (views: nothing is copied). A batch holding an output without
-        a batch axis is yielded whole, as that output's value is over the whole batch."""
-        left = samples
-        for inputs, outputs in self._chunks:
-            if left <= 0:
-                return
-            batch = len(inputs[0])
-            take = min(left, batch)
-            whole = not all(has_batch_axis(v, batch) for v in outputs.values())
-            step = take if whole or not chunk else max(1, int(chunk))
-            for start in range(0, take, step):
-                end = min(start + step, take)
-                cut = {n: v[start:end] if has_batch_axis(v, batch) else v for n, v in outputs.items()}
-                yield [a[start:end] for a in inputs], cut
-            left -= take
-
-
-def has_batch_axis(value: np.ndarray, batch: int) -> bool:
-    """Whether ``value``'s first axis runs over a batch of ``batch`` samples (a scalar's does not)."""
-    return np.ndim(value) > 0 and len(value) == batch
-
-
-def sample_chunks(batches: Iterator[list[np.ndarray]], chunk: int) -> Iterator[list[np.ndarray]]:
-    """Re-cut a stream of batches into chunks of ``chunk`` samples (the last may be smaller)."""
-    pending: list[list[np.ndarray]] = []
-    count = 0
-    for batch in batches:
-        pending.append(batch)
-        count += len(batch[0])
-        while count >= chunk:
-            joined = [np.concatenate([b[i] for b in pending]) for i in range(len(pending[0]))]
-            yield [a[:chunk] for a in joined]
-            rest = [a[chunk:] for a in joined]
-            count -= chunk
-            pending = [rest] if count else []
-    if count:
-        yield [np.concatenate([b[i] for b in pending]) for i in range(len(pending[0]))]
-
 
 def chunk_size(per_sample_bytes: float, samples: int, memory_cap: int) -> int:
     """Samples per chunk so that the layer outputs held at once stay under ``memory_cap``."""
     if per_sample_bytes <= 0:
         return samples
     return int(max(1, min(samples, memory_cap // per_sample_bytes)))
+
+BYTES_PER_VALUE = 4
+
+
+def _bytes_per_sample(graph: Graph, names: list[str]) -> float:
+    return float(sum(graph.node(n).output_size() for n in names) * BYTES_PER_VALUE)
+
+
+@dataclass
+class Comparison:
+    """What comparing a float graph with a quantized one runs and reads.
+
+    Attributes:
+        points: the compare points (``point.local`` set where a local error is computed).
+        local: the local model's graph and feeds.
+        float_names: the float-graph nodes whose outputs are read.
+        float_bytes: bytes per sample of those float outputs.
+        other_bytes: bytes per sample of the larger of the quantized and local models'
+            outputs at the compare points: a bound on what one of their runs holds of
+            them (PyTorch lets each go once reduced; a Keras call holds all until it
+            returns).
+    """
+
+    points: list[ComparePoint]
+    local: LocalGraph
+    float_names: list[str]
+    float_bytes: float
+    other_bytes: float
+
+    @classmethod
+    def of(cls, float_graph: Graph, q_graph: Graph) -> Comparison:
+        points = compare_points(float_graph, q_graph)
+        local = local_graph(q_graph, points)
+        names = float_names(points, local)
+        other = max(
+            _bytes_per_sample(q_graph, [p.name for p in points]),
+            _bytes_per_sample(local.graph, [name for name, _ in local.graph.outputs]),
+        )
+        return cls(points, local, names, _bytes_per_sample(float_graph, names), other)
+
+    def keeps_reference(self, samples: int, memory_cap: int) -> bool:
+        """Whether the float outputs of all ``samples`` fit under ``memory_cap`` with room
+        left for one sample of the quantized or local model's outputs."""
+        return samples * self.float_bytes + self.other_bytes <= memory_cap
+
+    def chunk_size(self, samples: int, memory_cap: int, reference: bool = False) -> int:
+        """Samples per chunk so that the outputs held at once stay under ``memory_cap``:
+        the float ones of the chunk and one model's; with ``reference``, the float ones of
+        all the samples (kept by the statistics pass) and one model's on the chunk."""
+        if reference:
+            return chunk_size(self.other_bytes, samples, int(memory_cap - samples * self.float_bytes))
+        return chunk_size(self.float_bytes + self.other_bytes, samples, memory_cap)
+

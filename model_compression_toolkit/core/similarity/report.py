@@ -20,11 +20,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
+from model_compression_toolkit.core.numbers import json_safe
 from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB
 
 # Error classes by SQNR in dB (local where available): colours the quantized graph.
@@ -98,7 +97,7 @@ class SimilarityReport:
             row = asdict(layer)
             row["rank"] = rank
             row["error_class"] = layer.error_class
-            rows.append(_finite(row))
+            rows.append(json_safe(row))
         return {
             "samples": self.samples,
             "sqnr_ceiling_db": SQNR_CEILING_DB,
@@ -120,11 +119,6 @@ class SimilarityReport:
             writer.writerow(row)
         return out.getvalue()
 
-    def write(self, folder: Path) -> None:
-        """``similarity_report.json`` and ``similarity_report.csv`` in ``folder``."""
-        (folder / "similarity_report.json").write_text(self.to_json(), encoding="utf-8")
-        (folder / "similarity_report.csv").write_text(self.to_csv(), encoding="utf-8")
-
     def summary(self, top: int = 5) -> str:
         """A one-screen text summary of the worst layers."""
         lines = [f"similarity on {self.samples} samples, worst layers first (local SQNR where available):"]
@@ -136,12 +130,3 @@ class SimilarityReport:
             )
         return "\n".join(lines)
 
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value

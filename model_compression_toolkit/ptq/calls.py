@@ -1,0 +1,175 @@
+"""The wiring of every public call: check and resolve the configuration once, choose the
+backend, open the call's logging, run the pipeline.
+
+    config -> resolve_config -> Session (reads, checks: fails before anything is written)
+           -> observe_call (folder, mct.log, observer) -> pipeline -> (q_model, info)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from model_compression_toolkit.core.config import CoreConfig, DebugConfig, ResourceUtilization, TuningConfig
+from model_compression_toolkit.core.info import QuantizationInfo
+from model_compression_toolkit.core.similarity.analysis import SimilarityResult
+from model_compression_toolkit.errors import ConfigurationError, ModelReadError
+from model_compression_toolkit.observers.call import CallLog, observe_call
+from model_compression_toolkit.observers.log_folder import get_log_folder
+from model_compression_toolkit.pipeline.session import Session, produced_graph
+from model_compression_toolkit.pipeline.stages import compare_in_stage, quantize_in_stages
+from model_compression_toolkit.pipeline.tuning import Tuner, check_score
+from model_compression_toolkit.ptq.backends import get_backend
+
+LOG = logging.getLogger("model_compression_toolkit")
+
+
+def resolve_config(core_config: CoreConfig | None, logging_on: bool) -> CoreConfig:
+    """The configuration a call runs with: validated, defaults filled in, the similarity
+    analysis on or off (its default: on when a log folder is set). The user's object is not
+    changed."""
+    if core_config is None:
+        core_config = CoreConfig()
+    if not isinstance(core_config, CoreConfig):
+        raise ConfigurationError(f"core_config must be a mct.core.CoreConfig; got {type(core_config).__name__}")
+    core_config.validate()
+    debug = core_config.debug_config
+    analyze = logging_on if debug.analyze_similarity is None else debug.analyze_similarity
+    return dataclasses.replace(core_config, debug_config=dataclasses.replace(debug, analyze_similarity=analyze))
+
+
+def check_target(target: ResourceUtilization | None) -> ResourceUtilization | None:
+    if target is not None:
+        if not isinstance(target, ResourceUtilization):
+            raise ConfigurationError(
+                f"target_resource_utilization must be a mct.core.ResourceUtilization; got {type(target).__name__}"
+            )
+        target.validate()
+    return target
+
+
+def check_tuning_config(tuning_config: TuningConfig | None) -> TuningConfig:
+    if tuning_config is None:
+        return TuningConfig()
+    if not isinstance(tuning_config, TuningConfig):
+        raise ConfigurationError(f"tuning_config must be a mct.core.TuningConfig; got {type(tuning_config).__name__}")
+    tuning_config.validate()
+    return tuning_config
+
+
+def _finish(info: QuantizationInfo, session: Session, call: CallLog) -> QuantizationInfo:
+    """The call's logging facts in ``info``, and the line that closes ``mct.log``."""
+    info.log_folder = call.folder
+    info.warnings += call.warnings
+    LOG.info(
+        "quantized %s: weights %.1f KiB -> %.1f KiB, %d layers kept in float%s",
+        session.model_name,
+        info.memory.weights_float_bytes / 1024,
+        info.memory.weights_quantized_bytes / 1024,
+        len(info.float_layers),
+        f"; logs in {call.folder}" if call.folder else "",
+    )
+    return info
+
+
+def post_training_quantization(
+    model: Any,
+    representative_data_gen: Callable[[], Any],
+    core_config: CoreConfig | None,
+    framework: str,
+    target_resource_utilization: ResourceUtilization | None = None,
+) -> tuple[Any, QuantizationInfo]:
+    """Quantize ``model`` after training; the body of both public PTQ functions."""
+    root = get_log_folder()
+    config = resolve_config(core_config, logging_on=root is not None)
+    target = check_target(target_resource_utilization)
+    session = Session(model, representative_data_gen, config, get_backend(model, expected=framework), target)
+    with observe_call(session.model_name, root) as call:
+        result, info = quantize_in_stages(session, call.observer)
+        return result.model, _finish(info, session, call)
+
+
+def tuned_post_training_quantization(
+    model: Any,
+    representative_data_gen: Callable[[], Any],
+    evaluate: Callable[[Any], Any],
+    tuning_config: TuningConfig | None,
+    core_config: CoreConfig | None,
+    framework: str,
+) -> tuple[Any, QuantizationInfo]:
+    """PTQ that keeps the worst layers float until ``evaluate`` drops little enough.
+
+    The body of both public tuned PTQ functions. Bad configuration, a non-callable
+    ``evaluate`` or a float score that is not a finite number fail before any file is written.
+
+    Returns:
+        The best trial's quantized model and its `QuantizationInfo`, whose ``tuning`` is a
+        `TuningResult` and whose ``similarity`` is that trial's report.
+    """
+    tuning = check_tuning_config(tuning_config)
+    if not callable(evaluate):
+        raise ConfigurationError(
+            f"evaluate must be a callable taking a model and returning a score (higher is better); "
+            f"got {type(evaluate).__name__}"
+        )
+    root = get_log_folder()
+    config = resolve_config(core_config, logging_on=root is not None)
+    session = Session(model, representative_data_gen, config, get_backend(model, expected=framework))
+    session.reference_samples = config.debug_config.similarity_samples  # every trial is compared
+    baseline = check_score(evaluate(model), "the float model")
+    if tuning.relative and baseline == 0:
+        raise ConfigurationError(
+            "a relative max_drop is a fraction of the float model's score, which is 0; "
+            "use an absolute max_drop (relative=False)"
+        )
+    with observe_call(session.model_name, root) as call:
+        first, _ = quantize_in_stages(session, call.observer)
+        if first.similarity is None:  # the ranking needs it, logged or not
+            first.similarity = session.analyze(first.graph, q_model=first.model)
+        tuner = Tuner(
+            lambda rules: session.quantize(keep_float=rules, similarity=True), session.initial,
+            config.keep_float_rules, evaluate, tuning, baseline, call.observer,
+        )  # fmt: skip
+        best, result = tuner.tune(first)
+        message = result.shortfall()
+        if message is not None:
+            session.warn(message)
+        info = session.info(best.graph)
+        info.similarity = best.similarity.report
+        info.tuning = result
+        return best.model, _finish(info, session, call)
+
+
+def analyze_similarity(
+    float_model: Any,
+    quantized_model: Any,
+    representative_data_gen: Callable[[], Any],
+    debug_config: DebugConfig | None = None,
+) -> SimilarityResult:
+    """Compare a float model with a quantized model this library produced from it.
+
+    The same analysis a logged PTQ call runs (see `DebugConfig`), on its own: with a log
+    folder set, it writes a call folder holding the ``similarity`` runs and the report files.
+
+    Args:
+        float_model: the original float model.
+        quantized_model: the model a PTQ call of this process returned for it.
+        representative_data_gen: as for PTQ; its first ``similarity_samples`` samples are used.
+        debug_config: samples and memory cap; defaults when None.
+
+    Returns:
+        The `SimilarityResult`; ``.report`` is the ranked `SimilarityReport`.
+    """
+    q_graph = produced_graph(quantized_model)
+    if q_graph is None:
+        raise ModelReadError(
+            "quantized_model must be a model returned by a PTQ call of this library in this process; "
+            f"got a {type(quantized_model).__name__} it did not produce"
+        )
+    root = get_log_folder()
+    config = resolve_config(CoreConfig(debug_config=debug_config or DebugConfig()), logging_on=root is not None)
+    session = Session(float_model, representative_data_gen, config, get_backend(float_model, expected=q_graph.framework))
+    with observe_call(session.model_name, root) as call:
+        return compare_in_stage(session, q_graph, call.observer)
