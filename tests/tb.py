@@ -14,7 +14,7 @@ def load(path: Path) -> ea.EventAccumulator:
 
 
 def run_folders(log_folder: Path) -> list[Path]:
-    """The PTQ run folders inside a log folder, in name (= time) order."""
+    """The PTQ call folders inside a log folder, in name (= time) order."""
     return sorted(p for p in Path(log_folder).iterdir() if p.is_dir())
 
 

@@ -105,6 +105,25 @@ def test_analysis_can_be_switched_off(fw, trained_digits, tmp_path):
     assert not (run / "similarity").exists() and not (run / "similarity_report.json").exists()
 
 
+def test_analysis_asked_for_runs_without_a_log_folder_and_writes_nothing(fw, trained_digits, tmp_path, monkeypatch):
+    """``analyze_similarity=True`` fills ``info.similarity`` with no log folder set; the
+    default (None) runs it only when a log folder is set; the user's config is not changed."""
+    model, x_train, _, _ = trained_digits
+    monkeypatch.chdir(tmp_path)
+    gen = representative_dataset(x_train)
+    _, default = fw.ptq(model, gen)
+    assert default.similarity is None and default.log_folder is None
+    asked = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=True))
+    _, info = fw.ptq(model, gen, asked)
+    assert info.similarity is not None and info.similarity.samples == 20 and info.log_folder is None
+    assert info.similarity.ranked()[0].local_sqnr_db is not None
+    assert list(tmp_path.iterdir()) == []
+    unset = mct.core.CoreConfig()
+    mct.set_log_folder(tmp_path / "logs")
+    _, logged = fw.ptq(model, gen, unset)
+    assert logged.similarity is not None and unset.debug_config.analyze_similarity is None
+
+
 def test_small_memory_cap_gives_the_same_report_in_chunks(fw, trained_digits, tmp_path):
     model, x_train, _, _ = trained_digits
     mct.set_log_folder(tmp_path)

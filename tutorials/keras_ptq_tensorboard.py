@@ -76,7 +76,7 @@ def main() -> None:
 
     # ---------------------------------------------------------------- 2. quantize with logging on
     # set_log_folder checks the folder at once (LogFolderError if it cannot be written).
-    # Every PTQ call then writes its own run folder <model name>_<YYYYmmdd-HHMMSS> inside it;
+    # Every PTQ call then writes its own call folder <model name>_<YYYYmmdd-HHMMSS> inside it;
     # here the model is called "digits_cnn".
     log_folder = mct.set_log_folder(args.log_folder)
     # The representative data: a callable returning batches, each a list with one array per

@@ -65,7 +65,7 @@ def main() -> None:
 
     # ---------------------------------------------------------------- 2. quantize with logging on
     # set_log_folder checks the folder at once (LogFolderError if it cannot be written).
-    # Every PTQ call then writes its own run folder <ModelClass>_<YYYYmmdd-HHMMSS> inside it.
+    # Every PTQ call then writes its own call folder <ModelClass>_<YYYYmmdd-HHMMSS> inside it.
     log_folder = mct.set_log_folder(args.log_folder)
     # The representative data: a callable returning batches, each a list with one array per
     # model input. 5 batches of 32 images are plenty for 8 bits.

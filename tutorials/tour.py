@@ -27,8 +27,8 @@ def tour(info: mct.core.QuantizationInfo, log_folder: Path, conv_type: str = "Co
     with_weights = [name for name, layer in info.layers.items() if layer.weights]
 
     print(f"\nlog folder: {log_folder}")
-    print(f"this call's run folder: {run}")
-    print("  (TensorBoard lists each run as <run folder>/<stage>, so several calls sit side by side)")
+    print(f"this call's call folder: {run}")
+    print("  (TensorBoard lists each run as <call folder>/<stage>, so several calls sit side by side)")
 
     # Graphs: one graph per stage. Pick the stage in the "Run" menu on the left.
     print("\nGRAPHS -- pick a stage in the 'Run' menu:")

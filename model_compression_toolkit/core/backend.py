@@ -23,7 +23,7 @@ class Backend(Protocol):
     channels_last: bool
 
     def model_name(self, model: Any) -> str:
-        """A short name for run folders: the model's class name."""
+        """A short name for call folders: the model's class name."""
 
     def input_count(self, model: Any) -> int | None:
         """How many inputs the model takes, if it can be known without running it."""

@@ -82,7 +82,7 @@ class QuantizationConfig:
         histogram_bins: bins of the activation histograms collected.
         weights_bias_correction: correct the bias of each layer with quantized weights
             for the mean shift the quantized kernel causes, ``(Wq - W) * mean(input)``,
-            as MCT does by default (see `core.bias_correction`).
+            as MCT does by default (see `core.calibration.bias_correction`).
     """
 
     weights_n_bits: int = 8

@@ -107,12 +107,12 @@ class QuantizationInfo:
 
     Attributes:
         framework: ``"pytorch"`` or ``"keras"``.
-        model_name: the model's name in the run folder (PyTorch: its class; Keras: its name).
+        model_name: the model's name in the call folder (PyTorch: its class; Keras: its name).
         layers: every layer of the quantized graph, by name.
         float_layers: layers whose output stays float, with the reason.
         unsupported_layers: layers of types the library does not know (kept float).
         memory: weight and activation memory before and after quantization.
-        log_folder: this call's run folder, or None when logging is off.
+        log_folder: this call's call folder, or None when logging is off.
         warnings: the warnings shown during the call.
         similarity: the float vs quantized comparison, when it ran
             (``DebugConfig.analyze_similarity``: by default, when a log folder is set).

@@ -66,7 +66,7 @@ class NodeQuantConfig:
     weights_float_reason: str | None = None
     fused_into: str | None = None  # the activation after this layer that quantizes its output
     # the float mean of the input per channel: the quantized bias is corrected with it
-    # (`core.bias_correction`); None when the bias is not corrected
+    # (`core.calibration.bias_correction`); None when the bias is not corrected
     input_mean: np.ndarray | None = None
 
     @property

@@ -36,7 +36,7 @@ class TuningTrial:
         kept_float: the layers tuning kept float in this trial (earlier trials' included).
         added: the compare points whose local groups this trial added to ``kept_float``.
         weights_bytes: memory of all weights at their bit-widths.
-        run_name: its TensorBoard run inside the call's run folder.
+        run_name: its TensorBoard run inside the call's call folder.
     """
 
     n: int

@@ -40,7 +40,7 @@ class ActivationFakeQuant(nn.Module):
     """``x -> (clamp(round(x / scale) + zero_point, qmin, qmax) - zero_point) * scale``.
 
     Computed in float32 (the grid's scale and zero point rounded to float32), as
-    `core.quantizers.fake_quant` computes with a float32 grid, and returned in x's dtype.
+    `core.calibration.quantizers.fake_quant` computes with a float32 grid, and returned in x's dtype.
 
     Args:
         grid: scalars, or one entry per channel along ``channel_axis``.

@@ -1,4 +1,4 @@
-"""The log folder, run folders, python logging, and failures that must not break a run."""
+"""The log folder, call folders, python logging, and failures that must not break a call."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Layer and model names with spaces, quotes, slashes, dots or non-ASCII are logged and
-shown as they are, and nothing is written outside the run folder."""
+shown as they are, and nothing is written outside the call folder."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _torch_model(names):
     from torch import nn
 
     torch.manual_seed(0)
-    # a class name that is itself hostile: it becomes the run folder's name
+    # a class name that is itself hostile: it becomes the call folder's name
     cls = type("../../evil model ü", (nn.Sequential,), {})
     model = cls()
     for name in names:
@@ -45,7 +45,7 @@ def test_odd_layer_names_are_logged_and_shown_and_stay_inside_the_run_folder(fw,
     """Layers named with spaces, quotes, slashes, dots, tabs, markup or non-ASCII, in a model
     whose own name tries to climb out of the log folder: every layer is a graph node and has
     its activation and weight histograms under its own name, the run is complete with the
-    similarity view, and every new file lies inside the one run folder."""
+    similarity view, and every new file lies inside the one call folder."""
     names = TORCH_NAMES if fw.name == "pytorch" else KERAS_NAMES
     model = _torch_model(names) if fw.name == "pytorch" else _keras_model(names)
     logs = tmp_path / "deep" / "logs"

@@ -26,7 +26,7 @@ def _wait_for(paths: list[Path], procs, timeout: float) -> None:
 
 
 def test_two_processes_logging_into_the_same_folder_at_once_give_two_complete_runs(tmp_path):
-    """Two processes quantizing into one log folder at the same moment get one run folder
+    """Two processes quantizing into one log folder at the same moment get one call folder
     each (never a shared or merged one), and every stage of both loads in TensorBoard."""
     logs = tmp_path / "logs"
     go = tmp_path / "go"
@@ -34,7 +34,7 @@ def test_two_processes_logging_into_the_same_folder_at_once_give_two_complete_ru
     procs = [start_worker("ptq", logs, r, go) for r in ready]
     try:
         _wait_for(ready, procs, timeout=120)
-        go.touch()  # both start quantizing now: their run folders are created in the same second
+        go.touch()  # both start quantizing now: their call folders are created in the same second
         results = [worker_result(p, timeout=180) for p in procs]
     finally:
         for p in procs:

@@ -140,5 +140,5 @@ def test_a_really_full_filesystem_keeps_ptq_going(fw, tiny_disk):
 
 def test_a_really_full_filesystem_keeps_ptq_going_with_the_similarity_report(fw, tiny_disk):
     """As above with the default configuration, which also writes the similarity report
-    files (similarity_report.json/.csv) into the run folder."""
+    files (similarity_report.json/.csv) into the call folder."""
     _check_full_disk_run(fw, tiny_disk, None)

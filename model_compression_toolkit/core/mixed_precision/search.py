@@ -8,10 +8,10 @@ quantized weight tensors of a layer get the same bit-width.
 
 Sensitivity of layer ``l`` at ``b`` bits: the layer's *local* noise-to-signal ratio,
 ``mean over samples of ||y_float - y_l,b||^2 / ||y_float||^2`` (1/SQNR, linear, clamped
-to the +-100 dB of `core.metrics`), at its compare point (its own output, or the
+to the +-100 dB of `core.similarity.metrics`), at its compare point (its own output, or the
 activation it is fused with), where ``y_l,b`` is the output of the layer alone, fed
 the float model's inputs, with its weights quantized at ``b`` bits and its activation
-quantized as configured (`core.similarity.local_graph`), scaled by the layer's *gain*:
+quantized as configured (`core.similarity.plan.local_graph`), scaled by the layer's *gain*:
 the model output's NSR when only that layer's weights are quantized (at the lowest
 candidate bits, everything else float) divided by its local NSR at those bits. The local
 NSR says how a layer's error grows with fewer bits; the gain says how much of it reaches
