@@ -14,8 +14,8 @@ from model_compression_toolkit.core.similarity.reference import FloatReference
 from model_compression_toolkit.observers.protos import device_name
 from model_compression_toolkit.pipeline.session import produced_graph
 from model_compression_toolkit.ptq.backends import get_backend
+from tests.fixtures.damage import outlier_weight
 from tests.tb import load, run_folders
-from tutorials import digits
 from tutorials.digits import representative_dataset
 
 PER_TENSOR = mct.core.CoreConfig(
@@ -25,24 +25,29 @@ PER_TENSOR = mct.core.CoreConfig(
 )
 
 
-def damaged_copy(fw, model):
-    """(copy with a layer that quantizes badly, the compare point that layer's output reaches)."""
-    return digits.torch_with_bad_layer(model) if fw.name == "pytorch" else digits.keras_with_bad_layer(model)
-
-
-def test_a_layer_damaged_by_quantization_ranks_first_by_local_error(fw, trained_digits, tmp_path):
+def test_a_layer_damaged_by_quantization_is_the_first_cause_and_later_layers_inherit(fw, trained_digits, tmp_path):
     model, x_train, _, _ = trained_digits
-    damaged, culprit = damaged_copy(fw, model)
+    damaged, conv = outlier_weight(fw.name, model)
     mct.set_log_folder(tmp_path)
     _, info = fw.ptq(damaged, representative_dataset(x_train), PER_TENSOR)
-    ranked = info.similarity.ranked()
-    assert ranked[0].name == culprit, [(r.name, r.local_sqnr_db) for r in ranked[:4]]
-    worst = ranked[0]
-    assert worst.local_sqnr_db < 15 and worst.error_class == "high"
-    # layers after it inherit the damage (accumulated) but are fine alone (local)
-    after = [layer for layer in info.similarity.layers if layer.position > worst.position and layer.local_sqnr_db]
+    report = info.similarity
+    first = report.quantizers[0]
+    assert (first.name, first.kind, first.cause) == (conv, "weights", True), report.summary()
+    assert report.causes() == [first] and first.output_sqnr_db < 10
+    assert first.zero_rounded_percent > 90  # the outlier's per-tensor grid rounds the rest to 0
+    assert report.suggested_fix().weights == [conv] and not report.suggested_fix().activations
+    worst = report.ranked()[0]
+    assert worst.role == "cause" and conv in {worst.name, *_group(info, worst.name)}
+    # the layers after it inherit the damage (accumulated) but are fine alone (local)
+    after = [layer for layer in report.layers if layer.position > worst.position and layer.local_sqnr_db]
     assert after and all(layer.local_sqnr_db > worst.local_sqnr_db + 10 for layer in after)
-    assert any(layer.sqnr_db < 20 for layer in after)
+    damaged_after = [layer for layer in after if layer.sqnr_db < 20]
+    assert damaged_after and all(layer.role == "inherits" for layer in damaged_after)
+
+
+def _group(info, point: str) -> list[str]:
+    """The layers fused into a compare point (a conv before its ReLU)."""
+    return [name for name, layer in info.layers.items() if layer.activation_float_reason and point in layer.activation_float_reason]
 
 
 def test_report_files_match_info_and_hold_no_nan(fw, trained_digits, tmp_path):

@@ -8,7 +8,9 @@ import re
 import pytest
 
 import model_compression_toolkit as mct
+from model_compression_toolkit.core.preparation import KEPT_FLOAT
 from model_compression_toolkit.errors import ConfigurationError
+from tests.fixtures.damage import outlier_weight
 from tests.tb import load, run_folders
 from tutorials import digits
 from tutorials.digits import representative_dataset
@@ -31,11 +33,9 @@ def tuned_ptq(fw):
 
 
 def damaged(fw, trained_digits):
-    """(damaged model, its culprit compare point, data gen, evaluate)."""
+    """(damaged model, the conv whose weights are damaged, data gen, evaluate)."""
     model, x_train, x_test, y_test = trained_digits
-    bad, culprit = (
-        digits.torch_with_bad_layer(model) if fw.name == "pytorch" else digits.keras_with_bad_layer(model)
-    )
+    bad, culprit = outlier_weight(fw.name, model)
 
     def evaluate(m):
         return digits.accuracy(fw.predict(m), x_test, y_test)
@@ -46,20 +46,21 @@ def damaged(fw, trained_digits):
 def test_tuning_keeps_the_damaged_layer_float_and_logs_every_trial(fw, trained_digits, tmp_path):
     bad, culprit, gen, evaluate = damaged(fw, trained_digits)
     mct.set_log_folder(tmp_path)
-    # 1.5 points (6 of 397 test images): plain PTQ drops about 50, keeping the culprit float
-    # about 2.3, and keeping the next group float too about 0.6, so a few images more or less
-    # on another CPU change no verdict
-    config = mct.core.TuningConfig(max_drop=1.5, max_trials=3)
+    # 4 points (16 of 397 test images): plain PTQ drops about 50 (PyTorch) and 68 (Keras),
+    # keeping the culprit's weights float about 2.5 (the rest is per-tensor weights
+    # everywhere), so a few images more or less on another CPU change no verdict
+    config = mct.core.TuningConfig(max_drop=4.0, max_trials=3)
     q_model, info = tuned_ptq(fw)(bad, gen, evaluate, config, PER_TENSOR)
 
     tuning = info.tuning
     best = tuning.best
     assert tuning.target_met and 2 <= len(tuning.trials) <= 3, tuning.summary()
-    assert culprit in best.kept_float, tuning.summary()
-    assert tuning.trials[0].drop > 1.5 and best.drop <= 1.5
+    assert tuning.trials[1].added == [f"{culprit} (weights)"], tuning.summary()  # the report's cause
+    assert culprit in best.kept_weights and culprit not in best.kept_activations, tuning.summary()
+    assert tuning.trials[0].drop > 4.0 and best.drop <= 4.0
     assert evaluate(q_model) == pytest.approx(best.score)
-    assert info.float_layers[culprit] == "kept in float by a KeepFloat rule"
-    assert info.similarity.layer(culprit).local_sqnr_db > 30
+    assert info.layers[culprit].weights_float_reason == KEPT_FLOAT and info.layers[culprit].weights == {}
+    assert not info.similarity.causes()
     json.dumps(info.to_dict(), allow_nan=False)
 
     (run,) = run_folders(tmp_path)
@@ -74,7 +75,7 @@ def test_tuning_keeps_the_damaged_layer_float_and_logs_every_trial(fw, trained_d
         assert acc.Tags()["graph"] and "Resources" in acc.Tags()["run_metadata"]
         assert tags is None or set(acc.Tags()["histograms"]) == tags
         tags = set(acc.Tags()["histograms"])
-    assert culprit in tags
+    assert tags and tags <= {layer.name for layer in info.similarity.layers}
     summary = load(run / "tuning")
     steps = [e.step for e in summary.Scalars("tuning/accuracy")]
     assert steps == list(range(len(tuning.trials) + 1))
@@ -95,10 +96,10 @@ def test_target_not_met_warns_and_returns_the_best_trial(fw, trained_digits):
 
 def test_relative_drop_without_log_folder(fw, trained_digits, tmp_path):
     bad, culprit, gen, evaluate = damaged(fw, trained_digits)
-    config = mct.core.TuningConfig(max_drop=0.03, relative=True, max_trials=3)
+    config = mct.core.TuningConfig(max_drop=0.06, relative=True, max_trials=3)
     q_model, info = tuned_ptq(fw)(bad, gen, evaluate, config, PER_TENSOR)
     tuning = info.tuning
-    assert tuning.relative and tuning.target_met and culprit in tuning.best.kept_float
+    assert tuning.relative and tuning.target_met and culprit in tuning.best.kept_weights
     assert tuning.best.drop == pytest.approx(
         (tuning.baseline_score - tuning.best.score) / tuning.baseline_score
     )

@@ -131,11 +131,18 @@ class DebugConfig:
             When the float outputs of all the samples fit, the statistics pass keeps
             them and the float model does not run again; else samples are processed in
             chunks that stay under it.
+        impact_samples: the first samples on which each quantizer's damage to the model
+            output, with that quantizer alone switched on, is measured (the ranking of
+            causes and the suggested fix; see the similarity docs).
+        max_impact_quantizers: how many quantizers at most get that measure (all of them
+            when the model has no more; else those whose own error is largest).
     """
 
     analyze_similarity: bool | None = None
     similarity_samples: int = 20
     similarity_memory_cap: int = 1 << 30
+    impact_samples: int = 8
+    max_impact_quantizers: int = 12
 
     def validate(self) -> None:
         if self.analyze_similarity is not None and not isinstance(self.analyze_similarity, bool):
@@ -145,6 +152,10 @@ class DebugConfig:
             )
         if isinstance(self.similarity_samples, bool) or not isinstance(self.similarity_samples, int) or self.similarity_samples < 1:
             raise ConfigurationError(f"similarity_samples must be an integer >= 1; got {self.similarity_samples!r}")
+        for name in ("impact_samples", "max_impact_quantizers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigurationError(f"{name} must be an integer >= 0; got {value!r}")
         if not isinstance(self.similarity_memory_cap, int) or self.similarity_memory_cap < 1 << 20:
             raise ConfigurationError(
                 f"similarity_memory_cap must be an integer number of bytes >= 1 MiB; got {self.similarity_memory_cap!r}"
@@ -186,6 +197,16 @@ class KeepFloat:
                 raise ConfigurationError(f"KeepFloat pattern {pattern!r} is not a valid regular expression: {err}") from None
         if not (self.weights or self.activations):
             raise ConfigurationError("KeepFloat keeps nothing float: weights and activations are both False")
+
+
+def keep_float_rules(activations: Sequence[str], weights: Sequence[str]) -> list[KeepFloat]:
+    """Rules keeping these layers' outputs float, and these layers' weights float."""
+    rules = []
+    if activations:
+        rules.append(KeepFloat(names=list(activations), weights=False))
+    if weights:
+        rules.append(KeepFloat(names=list(weights), activations=False))
+    return rules
 
 
 @dataclass
@@ -250,6 +271,15 @@ class TuningConfig:
                 raise ConfigurationError(f"{name} must be an integer >= 1; got {value!r}")
 
 
+def _is_rule_list(value: object) -> bool:
+    """A list, tuple or other sequence (a `SuggestedFix`) of `KeepFloat` rules."""
+    return (
+        isinstance(value, Sequence)
+        and not isinstance(value, (str, bytes))
+        and all(isinstance(rule, KeepFloat) for rule in value)
+    )
+
+
 @dataclass
 class CoreConfig:
     """Everything that steers a PTQ call.
@@ -257,7 +287,8 @@ class CoreConfig:
     Args:
         quantization_config: bits, methods and threshold selection.
         debug_config: what is analysed and logged beyond quantization.
-        keep_float: layers kept unquantized (one `KeepFloat` or a list of them).
+        keep_float: layers kept unquantized (one `KeepFloat` or a list of them, or the
+            fix a similarity report suggests: ``info.similarity.suggested_fix()``).
         mixed_precision_config: how bit-widths are chosen when the PTQ call is given a
             ``target_resource_utilization``.
     """
@@ -269,7 +300,9 @@ class CoreConfig:
 
     @property
     def keep_float_rules(self) -> list[KeepFloat]:
-        return [self.keep_float] if isinstance(self.keep_float, KeepFloat) else list(self.keep_float)
+        if isinstance(self.keep_float, KeepFloat):
+            return [self.keep_float]
+        return list(self.keep_float) if _is_rule_list(self.keep_float) else []
 
     def validate(self) -> None:
         if not isinstance(self.quantization_config, QuantizationConfig):
@@ -282,8 +315,7 @@ class CoreConfig:
             )
         self.quantization_config.validate()
         self.debug_config.validate()
-        rules = self.keep_float if isinstance(self.keep_float, (list, tuple, KeepFloat)) else None
-        if rules is None or not all(isinstance(r, KeepFloat) for r in self.keep_float_rules):
+        if not (isinstance(self.keep_float, KeepFloat) or _is_rule_list(self.keep_float)):
             raise ConfigurationError(
                 f"keep_float must be a mct.core.KeepFloat or a list of them; got {self.keep_float!r}"
             )

@@ -194,6 +194,10 @@ class Graph:
             seen.setdefault(e.dst)
         return [self.node(n) for n in seen]
 
+    def ancestors(self, name: str) -> set[str]:
+        """Every node whose output reaches ``name``."""
+        return set(nx.ancestors(self._g, name))
+
     def is_output(self, name: str) -> bool:
         return any(n == name for n, _ in self.outputs)
 

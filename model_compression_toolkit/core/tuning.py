@@ -1,21 +1,21 @@
 """What accuracy-driven tuning decides and returns, without running anything.
 
-``trial n's similarity report -> next_groups -> layers trial n+1 keeps float``
+``trial n's similarity report -> next_quantizers -> quantizers trial n+1 keeps float``
 
-The worst layers come from the previous trial's similarity report, by local error (that
-layer alone quantized), so a layer that only inherits damage from an earlier one is not
-chosen. Keeping a compare point float keeps its whole local group float (``conv -> relu``:
-both), weights and output. The loop that quantizes and evaluates is `pipeline.tuning`.
+The quantizers to keep float come from the previous trial's similarity report, ranked by
+how much each alone damages the model output (`core.similarity.causes`), so a layer that
+only inherits damage from an earlier one is not chosen. A layer's output and its weights
+are separate quantizers, kept float separately: the report's suggested fix (every cause,
+linked causes together) first, then the next quantizers in rank order. The loop that
+quantizes and evaluates is `pipeline.tuning`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from model_compression_toolkit.core.graph import Graph
-from model_compression_toolkit.core.similarity.plan import local_group
+from model_compression_toolkit.core.similarity.causes import ACTIVATION, WEIGHTS, QuantizerEntry
 from model_compression_toolkit.core.similarity.report import SimilarityReport
 
 
@@ -33,10 +33,14 @@ class TuningTrial:
         score: what ``evaluate`` returned for it.
         drop: how far below the baseline it is, in ``max_drop``'s units (a fraction of
             the baseline when ``relative``).
-        kept_float: the layers tuning kept float in this trial (earlier trials' included).
-        added: the compare points whose local groups this trial added to ``kept_float``.
+        kept_float: the layers tuning kept float in this trial, output or weights (earlier
+            trials' included).
+        added: the quantizers this trial added, as ``"<layer> (activation)"`` or
+            ``"<layer> (weights)"``.
         weights_bytes: memory of all weights at their bit-widths.
         run_name: its TensorBoard run inside the call's call folder.
+        kept_activations: the layers whose outputs tuning kept float.
+        kept_weights: the layers whose weights tuning kept float.
     """
 
     n: int
@@ -46,6 +50,8 @@ class TuningTrial:
     added: list[str]
     weights_bytes: float
     run_name: str
+    kept_activations: list[str] = field(default_factory=list)
+    kept_weights: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -120,56 +126,17 @@ def rank(trial: TuningTrial) -> tuple[float, int]:
     return trial.score, -len(trial.kept_float)
 
 
-def next_groups(
-    report: SimilarityReport,
-    graph: Graph,
-    count: int,
-    tried: set[str],
-    kept: Collection[str],
-    layer_names: Collection[str],
-) -> list[tuple[str, list[str]]]:
-    """The next ``count`` worst compare points of ``report`` and their local groups' layer names.
-
-    Worst first by local error; points with no local error of their own (ranked by the
-    error they inherit) come after, model outputs among them last. Points in ``tried`` are
-    skipped; every point looked at is added to it.
+def next_quantizers(report: SimilarityReport, count: int, tried: set[tuple[str, str]]) -> list[QuantizerEntry]:
+    """The quantizers the next trial keeps float: the report's suggested fix when it names
+    any not yet kept float (linked causes together), else the next ``count`` in rank order.
 
     Args:
-        report: the last trial's similarity report.
-        graph: the last trial's quantized graph.
-        count: how many groups to return at most.
-        tried: compare points already kept float or found not worth it (updated).
-        kept: layer names already kept float.
-        layer_names: the layer names of the user's model (what `KeepFloat` matches).
-
-    Returns:
-        (compare point, layer names to keep float) pairs, worst first.
+        report: the last trial's similarity report (its quantizers ranked worst first).
+        count: how many quantizers to add when the fix adds none.
+        tried: (layer, kind) of the quantizers already kept float; not chosen again.
     """
-    ranked = report.ranked()
-    order = (
-        [p for p in ranked if p.local_sqnr_db is not None]
-        + [p for p in ranked if p.local_sqnr_db is None and not p.is_output]
-        + [p for p in ranked if p.local_sqnr_db is None and p.is_output]
-    )
-    chosen: list[tuple[str, list[str]]] = []
-    for point in order:
-        if len(chosen) == count:
-            break
-        if point.name in tried or point.name not in graph:
-            continue
-        tried.add(point.name)
-        names = group_names(graph, point.name, kept, layer_names)
-        if names:
-            chosen.append((point.name, names))
-    return chosen
+    fixed = {(n, ACTIVATION) for n in report.fix.activations} | {(n, WEIGHTS) for n in report.fix.weights}
+    fresh = [q for q in report.quantizers if (q.name, q.kind) not in tried]
+    from_fix = [q for q in fresh if (q.name, q.kind) in fixed]
+    return from_fix or fresh[:count]
 
-
-def group_names(graph: Graph, point: str, kept: Collection[str], layer_names: Collection[str]) -> list[str]:
-    """Layer names (as the user's model calls them) of the point's still-quantized local group."""
-    names: list[str] = []
-    for member in reversed(local_group(graph, graph.node(point))):  # producers first
-        if member.quant.activation is None and not member.quant.weights:
-            continue  # nothing quantized: keeping it float changes nothing
-        own = [member.name] if member.name in layer_names else [o for o in member.origin if o in layer_names]
-        names += [n for n in own if n not in kept and n not in names]
-    return names

@@ -2,6 +2,7 @@
 
     <call folder>/similarity_report.json   the ranked similarity report (`SimilarityReport.to_json`)
                   similarity_report.csv    one row per compare point
+                  similarity_causes.csv    one row per quantizer, worst first
                   mixed_precision.json     the bit-widths chosen under a budget
                   mixed_precision.csv
 """
@@ -14,13 +15,15 @@ from model_compression_toolkit.core.mixed_precision.result import CSV_FILE, JSON
 from model_compression_toolkit.core.similarity.report import SimilarityReport
 
 SIMILARITY_JSON, SIMILARITY_CSV = "similarity_report.json", "similarity_report.csv"
+CAUSES_CSV = "similarity_causes.csv"
 
 
 def write_similarity_report(folder: Path, report: SimilarityReport) -> list[Path]:
-    """``similarity_report.json`` and ``.csv`` in ``folder``."""
-    paths = [folder / SIMILARITY_JSON, folder / SIMILARITY_CSV]
-    paths[0].write_text(report.to_json(), encoding="utf-8")
-    paths[1].write_text(report.to_csv(), encoding="utf-8")
+    """``similarity_report.json``, ``similarity_report.csv`` (a row per layer) and
+    ``similarity_causes.csv`` (a row per quantizer) in ``folder``."""
+    paths = [folder / SIMILARITY_JSON, folder / SIMILARITY_CSV, folder / CAUSES_CSV]
+    for path, text in zip(paths, (report.to_json(), report.to_csv(), report.causes_csv())):
+        path.write_text(text, encoding="utf-8")
     return paths
 
 

@@ -241,7 +241,7 @@ class Session:
         debug = self.config.debug_config
         return analyze(
             self.float_model, graph, debug.similarity_samples, debug.similarity_memory_cap,
-            self.statistics(graph), weights, q_model,
+            self.statistics(graph), weights, q_model, debug.impact_samples, debug.max_impact_quantizers,
         )  # fmt: skip
 
     def quantize(self, keep_float: Sequence[KeepFloat] | None = None, similarity: bool = False) -> Quantization:

@@ -76,7 +76,10 @@ def compare_in_stage(session: Session, q_graph: Graph, observer: Observer) -> Si
     """Compare a quantized graph this library produced with the session's float model, and
     report it as the ``quantized_graph`` stage with its similarity."""
     debug = session.config.debug_config
-    result = analyze(session.float_model, q_graph, debug.similarity_samples, debug.similarity_memory_cap)
+    result = analyze(
+        session.float_model, q_graph, debug.similarity_samples, debug.similarity_memory_cap,
+        impact_samples=debug.impact_samples, max_impact_quantizers=debug.max_impact_quantizers,
+    )  # fmt: skip
     _report(observer, "quantized_graph", q_graph, quantized=True, similarity=result)
     LOG.info(result.report.summary())
     return result

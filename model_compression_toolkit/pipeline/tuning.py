@@ -2,7 +2,7 @@
 
 ``baseline = evaluate(float model)``
 ``trial 1 = the staged PTQ (every stage reported) -> evaluate``
-``trial n = trial n-1 + the next worst local groups kept float (core.tuning) -> evaluate``
+``trial n = trial n-1 + the quantizers its report blames kept float (core.tuning) -> evaluate``
 
 until the drop below the baseline is allowed or ``max_trials`` models were evaluated.
 Statistics are collected once; each trial only re-selects thresholds. Each evaluated
@@ -16,10 +16,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from model_compression_toolkit.core.config import KeepFloat, TuningConfig
+from model_compression_toolkit.core.config import KeepFloat, TuningConfig, keep_float_rules
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.memory import graph_memory, total
-from model_compression_toolkit.core.tuning import TuningResult, TuningTrial, next_groups, rank, run_name
+from model_compression_toolkit.core.tuning import TuningResult, TuningTrial, next_quantizers, rank, run_name
 from model_compression_toolkit.errors import ConfigurationError
 from model_compression_toolkit.pipeline.events import Observer, TrialReport
 from model_compression_toolkit.pipeline.session import Quantization
@@ -48,7 +48,7 @@ class Tuner:
 
     Args:
         quantize: quantizes the model with these `KeepFloat` rules, similarity included.
-        float_graph: the float model's graph (its layer names are what may be kept float).
+        float_graph: the float model's graph (the baseline's).
         rules: the user's own `KeepFloat` rules, kept in every trial.
         evaluate: model -> score, higher is better.
         config: the allowed drop and the trial budget.
@@ -68,9 +68,8 @@ class Tuner:
     ) -> None:
         self.quantize, self.float_graph, self.rules = quantize, float_graph, list(rules)
         self.evaluate, self.config, self.baseline, self.observer = evaluate, config, baseline, observer
-        self.layer_names = {n for node in float_graph.nodes() for n in (node.name, *node.origin)}
-        self.kept: list[str] = []
-        self.tried: set[str] = set()  # compare points kept float or found not worth it
+        self.activations: list[str] = []  # layers whose outputs tuning keeps float
+        self.weights: list[str] = []  # layers whose weights tuning keeps float
         self.records: list[TuningTrial] = []
         self.best: tuple[TuningTrial, Quantization] | None = None
 
@@ -85,13 +84,13 @@ class Tuner:
         """Evaluate one trial, keep it if it is the best so far, and report it."""
         score = check_score(self.evaluate(trial.model), f"trial {n}'s quantized model")
         memory = graph_memory(trial.graph, quantized=True)
+        kept = list(dict.fromkeys([*self.activations, *self.weights]))
         rec = TuningTrial(
-            n=n, score=score, drop=self.drop(score), kept_float=list(self.kept), added=added,
+            n=n, score=score, drop=self.drop(score), kept_float=kept, added=added,
             weights_bytes=total(memory).weights_bytes, run_name=run_name(n, score),
+            kept_activations=list(self.activations), kept_weights=list(self.weights),
         )  # fmt: skip
-        LOG.info(
-            "tuning trial %d: score %.4f, drop %.4f, %d layers kept float", n, score, rec.drop, len(self.kept)
-        )
+        LOG.info("tuning trial %d: score %.4f, drop %.4f, %d layers kept float", n, score, rec.drop, len(kept))
         self.records.append(rec)
         if self.best is None or rank(rec) > rank(self.best[0]):
             self.best = (rec, trial)
@@ -105,17 +104,15 @@ class Tuner:
         trial = first
         rec = self.record(1, trial, [])
         while not self.met(rec.drop) and rec.n < self.config.max_trials:
-            groups = next_groups(
-                trial.similarity.report, trial.graph, self.config.layers_per_trial, self.tried, self.kept,
-                self.layer_names,
-            )  # fmt: skip
-            if not groups:
-                LOG.info("tuning: no quantized layer left to keep float after trial %d", rec.n)
+            tried = {(n, "activation") for n in self.activations} | {(n, "weights") for n in self.weights}
+            chosen = next_quantizers(trial.similarity.report, self.config.layers_per_trial, tried)
+            if not chosen:
+                LOG.info("tuning: no quantizer left to keep float after trial %d", rec.n)
                 break
-            for _, names in groups:
-                self.kept += names
-            trial = self.quantize([*self.rules, KeepFloat(names=list(self.kept))])
-            rec = self.record(rec.n + 1, trial, [point for point, _ in groups])
+            for q in chosen:
+                (self.activations if q.kind == "activation" else self.weights).append(q.name)
+            trial = self.quantize([*self.rules, *keep_float_rules(self.activations, self.weights)])
+            rec = self.record(rec.n + 1, trial, [f"{q.name} ({q.kind})" for q in chosen])
         return self.finish()
 
     def finish(self) -> tuple[Quantization, TuningResult]:

@@ -13,12 +13,22 @@ from typing import Any
 import numpy as np
 
 from model_compression_toolkit.core.calibration.bins import AnchoredBins
+from model_compression_toolkit.core.calibration.quantizers import fake_quant
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics
 from model_compression_toolkit.core.graph import Graph, Node
+from model_compression_toolkit.core.similarity.causes import (
+    ACTIVATION,
+    ImpactProbe,
+    QuantizerEntry,
+    measure_impacts,
+    weight_entries,
+)
+from model_compression_toolkit.core.similarity.channels import ChannelSums
+from model_compression_toolkit.core.similarity.fix import suggest_fix
 from model_compression_toolkit.core.similarity.metrics import MetricSums, SampleMetrics, blocks, sample_rows
-from model_compression_toolkit.core.similarity.plan import LOCAL_SUFFIX, ComparePoint, Comparison
+from model_compression_toolkit.core.similarity.plan import LOCAL_SUFFIX, ComparePoint, Comparison, local_group
 from model_compression_toolkit.core.similarity.reference import FloatModel, float_chunks
-from model_compression_toolkit.core.similarity.report import LayerSimilarity, SimilarityReport
+from model_compression_toolkit.core.similarity.report import LayerSimilarity, SimilarityReport, error_class
 
 
 @dataclass
@@ -64,6 +74,8 @@ class _PointAccumulator:
             self.range = ((self.grid.qmin - zp) * s, (self.grid.qmax - zp) * s, s)
         self.clipped = 0
         self.total = 0
+        # the activation quantizer alone, on the float output: the error one channel cannot hide
+        self.alone = ChannelSums(node.channel_axis) if self.grid is not None else None
         self.bins: AnchoredBins | None = None
         self.float_known = float_histogram is not None
         if float_histogram is not None:
@@ -116,6 +128,8 @@ class _PointAccumulator:
                 self.clipped += int(np.count_nonzero((r < lo - step / 2) | (r > hi + step / 2)))
         self.accumulated.append(sums.result())
         self.total += ref.size
+        if self.alone is not None:
+            self.alone.add(reference, fake_quant(reference, self.grid))
 
     def update_local(self, reference: np.ndarray, local: np.ndarray) -> None:
         """Reduce one chunk of samples of the local model: the local error."""
@@ -153,7 +167,22 @@ class _PointAccumulator:
             layer.local_sqnr_db = float(loc.sqnr_db.mean())
             layer.local_mse = float(loc.mse.mean())
             layer.local_max_abs_error = float(loc.max_abs.max())
+        entry = self.entry(layer_type)
+        if entry is not None:
+            layer.channel_sqnr_median_db = entry.channel_sqnr_median_db
+            layer.channel_sqnr_worst_db = entry.channel_sqnr_worst_db
+            layer.high_error_channels_percent = entry.high_error_channels_percent
+            layer.zero_rounded_percent = entry.zero_rounded_percent
+            layer.channel_range_spread = entry.channel_range_spread
         return layer
+
+    def entry(self, layer_type: str) -> QuantizerEntry | None:
+        """The activation quantizer of this point as a cause candidate (None without one)."""
+        if self.alone is None or self.alone.signal is None:
+            return None
+        clipped = 100.0 * self.clipped / self.total if self.total else None
+        act = self.node.quant.activation
+        return QuantizerEntry.of(self.point.name, ACTIVATION, layer_type, act.n_bits, self.alone.result(), clipped)
 
 
 def _max_threshold(weights) -> float | None:
@@ -201,8 +230,11 @@ def analyze(
     stats: Mapping[str, NodeStatistics] | None = None,
     weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     q_model: Any = None,
+    impact_samples: int = 8,
+    max_impact_quantizers: int = 12,
 ) -> SimilarityResult:
-    """Compare the float model (its graph before preparation) with the quantized one.
+    """Compare the float model (its graph before preparation) with the quantized one, and
+    find the quantizers that damage the output on their own (`core.similarity.causes`).
 
     Args:
         float_model: the float side: its graph, the backend, the data (the first
@@ -215,6 +247,9 @@ def analyze(
         weights: quantized weights already computed (node -> weight name -> array).
         q_model: the model built from ``q_graph`` with ``weights``, whose layers the
             analysis's quantized model reuses where the backend can (`Backend.build`).
+        impact_samples: the first samples each quantizer's output impact is measured on.
+        max_impact_quantizers: how many quantizers at most get their impact measured
+            (all of them when the model has no more).
     """
     backend, reference = float_model.backend, float_model.reference
     plan = Comparison.of(float_model.graph, q_graph)
@@ -243,7 +278,10 @@ def analyze(
             tap=local_tap,
         )
     seen = 0
+    kept: list[list[np.ndarray]] = []  # the impact samples' inputs
     for chunk, f_out in chunks:
+        if seen < impact_samples:
+            kept.append([np.array(a[: impact_samples - seen]) for a in chunk])
         q_tap.float_outputs = local_tap.float_outputs = f_out
         backend.forward(quantized_model, chunk)
         if local_model is not None:
@@ -254,9 +292,36 @@ def analyze(
         q_tap.float_outputs = local_tap.float_outputs = {}
         del f_out
     layers = [acc.result(q_graph.node(acc.point.name).layer_type) for acc in accumulators]
+    entries = [e for acc in accumulators if (e := acc.entry(q_graph.node(acc.point.name).layer_type)) is not None]
+    entries += weight_entries(q_graph, weights)
+    inputs = [np.concatenate(parts) for parts in zip(*kept)] if kept else []
+    probe = ImpactProbe(backend, q_graph, inputs) if entries and inputs else None
+    if probe is not None:
+        measure_impacts(probe, entries, max_impact_quantizers)
+    fix = suggest_fix(entries, q_graph, probe)
+    _set_roles(layers, entries, q_graph)
     histograms = {
         acc.point.name: PairHistogram(acc.bins.edges(), acc.hist_float, acc.hist_quant)
         for acc in accumulators
         if acc.bins is not None
     }
-    return SimilarityResult(SimilarityReport(samples=seen, layers=layers), histograms)
+    report = SimilarityReport(seen, layers, entries, fix, len(inputs[0]) if inputs else 0)
+    return SimilarityResult(report, histograms)
+
+
+def _set_roles(layers: list[LayerSimilarity], entries: list[QuantizerEntry], graph: Graph) -> None:
+    """Each layer's own output impact (the worst of its quantizers') and its role: a cause,
+    or a damaged layer that inherits the damage of a cause before it."""
+    by_node: dict[str, list[QuantizerEntry]] = {}
+    for entry in entries:
+        by_node.setdefault(entry.name, []).append(entry)
+    causes = {e.name for e in entries if e.cause}
+    for layer in layers:
+        group = [n.name for n in local_group(graph, graph.node(layer.name))]
+        own = [e for name in group for e in by_node.get(name, [])]
+        measured = [e.output_sqnr_db for e in own if e.output_sqnr_db is not None]
+        layer.output_sqnr_db = min(measured) if measured else None
+        if any(e.cause for e in own):
+            layer.role = "cause"
+        elif error_class(layer.sqnr_db) != "low" and causes & graph.ancestors(layer.name):
+            layer.role = "inherits"

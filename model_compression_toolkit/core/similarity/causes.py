@@ -1,0 +1,201 @@
+"""Which quantizer causes the damage: each one's effect on the model output, on its own.
+
+The error a compare point shows (accumulated) is mostly inherited: a layer after a
+damaged one looks damaged too. A layer's local error (that layer alone, fed the float
+input) points closer, but is measured on its own output, where one outlier channel hides
+the channels a per-tensor grid destroyed. What settles it is the question the user asks:
+*how much does this quantizer, alone, damage the model's output?*
+
+Every quantizer is an entry: a layer's output activation, or a layer's weights (separate
+entries, because the fix differs). For each entry whose own error is not negligible, the
+float model runs with that quantizer alone switched on, on the first ``impact_samples``
+samples, and its output SQNR against the float output is the entry's impact::
+
+    float model + only <entry> quantized --forward--> outputs  vs  float outputs -> output SQNR (dB)
+
+Entries are ranked by it; an entry whose output SQNR alone is under `CAUSE_DB` is a cause.
+An entry whose own error is low everywhere (every channel above `CANDIDATE_DB`, almost
+nothing rounded to zero) is not run: its impact cannot be large unless the layers after it
+amplify its noise a hundredfold, and the report says it was not measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from model_compression_toolkit.core.backend import Backend
+from model_compression_toolkit.core.calibration.quantizers import channel_view, node_weight
+from model_compression_toolkit.core.graph import Graph
+from model_compression_toolkit.core.quant_config import NodeQuantConfig
+from model_compression_toolkit.core.similarity.channels import ChannelMeasures, ChannelSums
+from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB, compare
+
+ACTIVATION, WEIGHTS = "activation", "weights"
+CAUSE_DB = 20.0  # an entry whose output SQNR alone is under this causes damage
+CANDIDATE_DB = 30.0  # an entry whose own error is under this (any measure) gets its impact measured
+CANDIDATE_ZERO_ROUNDED_PERCENT = 25.0  # ... or that rounds this share of its non-zero values to zero
+
+
+@dataclass
+class QuantizerEntry:
+    """One quantizer of the quantized model: a layer's output activation or its weights.
+
+    Attributes:
+        name: the layer (graph node) it belongs to.
+        kind: ``"activation"`` or ``"weights"``.
+        layer_type: the layer's type.
+        bits: its bit-width.
+        sqnr_db: its own error alone, over the whole tensor: the activation quantizer on
+            the float output, or the weights against their quantized version.
+        channel_sqnr_median_db / channel_sqnr_worst_db: its own error per channel (output
+            channels for weights): the median and the worst channel.
+        high_error_channels_percent: the share of channels under 15 dB, in percent.
+        zero_rounded_percent: the share of values not zero in float that quantize to zero.
+        clipped_percent: the share of values outside the quantization range (activations).
+        channel_range_spread: the largest channel's range over the median channel's.
+        output_sqnr_db: the model output's SQNR with only this quantizer switched on (dB);
+            None when it was not measured (its own error is low).
+        cause: whether it damages the output on its own (``output_sqnr_db < CAUSE_DB``).
+        rank: 1 for the entry that damages the output most.
+    """
+
+    name: str
+    kind: str
+    layer_type: str
+    bits: int
+    sqnr_db: float
+    channel_sqnr_median_db: float | None = None
+    channel_sqnr_worst_db: float | None = None
+    high_error_channels_percent: float | None = None
+    zero_rounded_percent: float | None = None
+    clipped_percent: float | None = None
+    channel_range_spread: float | None = None
+    output_sqnr_db: float | None = None
+    cause: bool = False
+    rank: int = 0
+
+    @property
+    def own_db(self) -> float:
+        """Its own error in dB, as low as the whole tensor or its median channel says."""
+        values = [v for v in (self.sqnr_db, self.channel_sqnr_median_db) if v is not None]
+        return min(values)
+
+    @property
+    def is_candidate(self) -> bool:
+        """Whether its own error is large enough to measure its impact on the output."""
+        return self.own_db < CANDIDATE_DB or (self.zero_rounded_percent or 0.0) >= CANDIDATE_ZERO_ROUNDED_PERCENT
+
+    @classmethod
+    def of(
+        cls, name: str, kind: str, layer_type: str, bits: int, channels: ChannelMeasures, clipped_percent: float | None = None
+    ) -> QuantizerEntry:
+        return cls(
+            name=name, kind=kind, layer_type=layer_type, bits=bits, sqnr_db=channels.whole_db,
+            channel_sqnr_median_db=channels.median_db, channel_sqnr_worst_db=channels.worst_db,
+            high_error_channels_percent=_percent(channels.high_error_share),
+            zero_rounded_percent=_percent(channels.zero_rounded), clipped_percent=clipped_percent,
+            channel_range_spread=channels.range_spread,
+        )  # fmt: skip
+
+
+def _percent(share: float | None) -> float | None:
+    return None if share is None else 100.0 * share
+
+
+def weight_entries(graph: Graph, weights: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> list[QuantizerEntry]:
+    """An entry per layer with quantized weights: its own error measured on the weights."""
+    entries = []
+    for node in graph.nodes():
+        names = [w for w, cfg in node.quant.weights.items() if cfg.grid is not None]
+        if not names:
+            continue
+        sums = ChannelSums(channel_axis=0)
+        for wname in names:
+            axes = node.quant.weights[wname].channel_axes or node.kernel_axes.get(wname, ())
+            w = np.asarray(node.weights[wname])
+            q = np.asarray(node_weight(node, wname, True, weights))
+            sums.add(channel_view(w, tuple(axes)), channel_view(q, tuple(axes)))
+        channels = sums.result()
+        bits = node.quant.weights[names[0]].n_bits
+        entries.append(QuantizerEntry.of(node.name, WEIGHTS, node.layer_type, bits, channels))
+    return entries
+
+
+def isolate(graph: Graph, entry: QuantizerEntry | None) -> Graph:
+    """A copy of ``graph`` with every quantizer off but ``entry``'s (None: all off)."""
+    out = graph.copy()
+    for node in out.nodes():
+        original = graph.node(node.name).quant
+        node.quant = NodeQuantConfig(fused_into=original.fused_into)
+        if entry is not None and node.name == entry.name:
+            if entry.kind == ACTIVATION:
+                node.quant.activation = original.activation
+            else:
+                node.quant.weights = original.weights
+                node.quant.input_mean = original.input_mean  # the bias corrected for these weights
+    return out
+
+
+def without(graph: Graph, activations: Sequence[str], weights: Sequence[str]) -> Graph:
+    """A copy of ``graph`` with the quantizers of these layers' outputs and weights off."""
+    out = graph.copy()
+    for name in activations:
+        out.node(name).quant.activation = None
+    for name in weights:
+        q = out.node(name).quant
+        q.weights, q.input_mean = {}, None
+    return out
+
+
+def output_sqnr_db(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> float:
+    """The outputs' SQNR against the reference: the mean noise-to-signal ratio over samples
+    and outputs, in dB (a few badly damaged samples weigh as they should)."""
+    nsr = np.concatenate([compare(r, o).nsr for r, o in zip(reference, outputs)])
+    mean = float(nsr.mean()) if nsr.size else 0.0
+    if mean <= 0:
+        return SQNR_CEILING_DB
+    return float(np.clip(-10 * math.log10(mean), -SQNR_CEILING_DB, SQNR_CEILING_DB))
+
+
+class ImpactProbe:
+    """Runs variants of a quantized graph on a few samples and measures their outputs.
+
+    ``float model (every quantizer off) -> reference outputs``;
+    ``variant -> outputs -> output_sqnr_db(reference, outputs)``.
+    """
+
+    def __init__(self, backend: Backend, graph: Graph, inputs: list[np.ndarray]) -> None:
+        self.backend, self.graph, self.inputs = backend, graph, inputs
+        self.reference = backend.forward(backend.build(isolate(graph, None), quantized=False), inputs)
+
+    def output_sqnr_db(self, variant: Graph) -> float:
+        outputs = self.backend.forward(self.backend.build(variant, quantized=True), self.inputs)
+        return output_sqnr_db(self.reference, outputs)
+
+
+def measure_impacts(probe: ImpactProbe, entries: list[QuantizerEntry], limit: int) -> None:
+    """Set ``output_sqnr_db`` of the entries that could matter (all of them when there are
+    at most ``limit``; else the ``limit`` candidates with the worst own error), then rank
+    every entry and flag the causes."""
+    chosen = entries if len(entries) <= limit else sorted(
+        (e for e in entries if e.is_candidate), key=lambda e: (e.own_db, -(e.zero_rounded_percent or 0.0))
+    )[:limit]
+    for entry in chosen:
+        entry.output_sqnr_db = probe.output_sqnr_db(isolate(probe.graph, entry))
+    for entry in entries:
+        entry.cause = entry.output_sqnr_db is not None and entry.output_sqnr_db < CAUSE_DB
+    ordered = sorted(entries, key=_worst_first)
+    for rank, entry in enumerate(ordered, start=1):
+        entry.rank = rank
+    entries[:] = ordered
+
+
+def _worst_first(entry: QuantizerEntry) -> tuple:
+    """Measured entries by output impact; then the others by their own error."""
+    if entry.output_sqnr_db is not None:
+        return (0, entry.output_sqnr_db, entry.own_db)
+    return (1, entry.own_db, 0.0)
