@@ -19,7 +19,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from model_compression_toolkit.core.backend import Backend
-from model_compression_toolkit.core.calibration.bias_correction import possible_new_biases, set_input_means
+from model_compression_toolkit.core.calibration.bias_correction import (
+    input_sources,
+    possible_new_biases,
+    set_input_means,
+)
 from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics, StatisticsCollector
 from model_compression_toolkit.core.calibration.thresholds import fill_activation_config, fill_weights_config
@@ -140,13 +144,16 @@ class Session:
         return graph
 
     def statistics(self, graph: Graph, reference_samples: int = 0) -> dict[str, NodeStatistics]:
-        """Activation statistics of every node quantized in ``graph`` (one pass over the data, cached).
+        """Activation statistics of every node quantized in ``graph``, and of the inputs of the
+        layers whose bias is corrected (one pass over the data, cached).
 
         With ``reference_samples``, the same pass keeps the float outputs that comparing
         ``graph`` with the float model reads, on the first samples, when they fit under
         the similarity memory cap.
         """
         wanted = [n.name for n in graph.nodes() if n.quant.activation is not None]
+        if self.config.quantization_config.weights_bias_correction:  # what the corrected layers read
+            wanted += [name for name in input_sources(graph) if name not in wanted]
         if self._stats is None or any(name not in self._stats for name in wanted):
             self._stats, self._reference = self._collect(graph, wanted, reference_samples)
         return self._stats

@@ -58,6 +58,23 @@ def set_input_means(graph: Graph, stats: Mapping[str, NodeStatistics]) -> list[s
     return corrected
 
 
+def input_sources(graph: Graph) -> list[str]:
+    """The nodes whose statistics `set_input_means` reads: the data input of every
+    correctable layer, through the ops that pass values on unchanged. The statistics pass
+    collects them whether or not they are quantized (an output kept float still feeds a
+    layer whose bias is corrected)."""
+    sources = []
+    for node in graph.nodes():
+        if not _correctable(node):
+            continue
+        edge = _only_data_input(graph, node.name)
+        while edge is not None and graph.node(edge.src).kind in _PASS_THROUGH:
+            edge = _only_data_input(graph, edge.src)
+        if edge is not None and edge.src not in sources:
+            sources.append(edge.src)
+    return sources
+
+
 def possible_new_biases(graph: Graph) -> dict[str, int]:
     """Layer -> values of the zero bias `set_input_means` would give it, for every layer
     without a bias that it may correct. Whether it does depends on the statistics, so

@@ -13,7 +13,12 @@ samples, and its output SQNR against the float output is the entry's impact::
 
     float model + only <entry> quantized --forward--> outputs  vs  float outputs -> output SQNR (dB)
 
-Entries are ranked by it; an entry whose output SQNR alone is under `CAUSE_DB` is a cause.
+Entries are ranked by it; an entry whose output SQNR alone is under `CAUSE_DB` is a cause,
+and so is a layer's weights that lose an input channel (its weights keep less than 15 dB
+of SQNR: most round to zero) while damaging the output measurably (under `CANDIDATE_DB`):
+that layer then all but discards one of its input features, a systematic error that costs
+more accuracy than its SQNR says (an outlier channel's consumer, whose weights for that
+channel were scaled down to match).
 An entry whose own error is low everywhere (every channel above `CANDIDATE_DB`, almost
 nothing rounded to zero) is not run: its impact cannot be large unless the layers after it
 amplify its noise a hundredfold, and the report says it was not measured.
@@ -31,7 +36,7 @@ from model_compression_toolkit.core.backend import Backend
 from model_compression_toolkit.core.calibration.quantizers import channel_view, node_weight
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.quant_config import NodeQuantConfig
-from model_compression_toolkit.core.similarity.channels import ChannelMeasures, ChannelSums
+from model_compression_toolkit.core.similarity.channels import HIGH_ERROR_DB, ChannelMeasures, ChannelSums
 from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB, compare
 
 ACTIVATION, WEIGHTS = "activation", "weights"
@@ -57,6 +62,8 @@ class QuantizerEntry:
         zero_rounded_percent: the share of values not zero in float that quantize to zero.
         clipped_percent: the share of values outside the quantization range (activations).
         channel_range_spread: the largest channel's range over the median channel's.
+        lost_input_channels_percent: weights only: the share of input channels whose
+            weights keep less than 15 dB of SQNR (most of them round to zero).
         output_sqnr_db: the model output's SQNR with only this quantizer switched on (dB);
             None when it was not measured (its own error is low).
         cause: whether it damages the output on its own (``output_sqnr_db < CAUSE_DB``).
@@ -74,6 +81,7 @@ class QuantizerEntry:
     zero_rounded_percent: float | None = None
     clipped_percent: float | None = None
     channel_range_spread: float | None = None
+    lost_input_channels_percent: float | None = None
     output_sqnr_db: float | None = None
     cause: bool = False
     rank: int = 0
@@ -87,7 +95,19 @@ class QuantizerEntry:
     @property
     def is_candidate(self) -> bool:
         """Whether its own error is large enough to measure its impact on the output."""
-        return self.own_db < CANDIDATE_DB or (self.zero_rounded_percent or 0.0) >= CANDIDATE_ZERO_ROUNDED_PERCENT
+        return (
+            self.own_db < CANDIDATE_DB
+            or (self.zero_rounded_percent or 0.0) >= CANDIDATE_ZERO_ROUNDED_PERCENT
+            or bool(self.lost_input_channels_percent)
+        )
+
+    def damages_output(self) -> bool:
+        """Whether its measured impact makes it a cause (see the module doc)."""
+        if self.output_sqnr_db is None:
+            return False
+        return self.output_sqnr_db < CAUSE_DB or (
+            bool(self.lost_input_channels_percent) and self.output_sqnr_db < CANDIDATE_DB
+        )
 
     @classmethod
     def of(
@@ -113,15 +133,22 @@ def weight_entries(graph: Graph, weights: Mapping[str, Mapping[str, np.ndarray]]
         names = [w for w, cfg in node.quant.weights.items() if cfg.grid is not None]
         if not names:
             continue
-        sums = ChannelSums(channel_axis=0)
+        sums, inputs = ChannelSums(channel_axis=0), ChannelSums(channel_axis=0)
         for wname in names:
             axes = node.quant.weights[wname].channel_axes or node.kernel_axes.get(wname, ())
             w = np.asarray(node.weights[wname])
             q = np.asarray(node_weight(node, wname, True, weights))
             sums.add(channel_view(w, tuple(axes)), channel_view(q, tuple(axes)))
-        channels = sums.result()
+            if wname in node.kernel_in_axis and node.kernel_in_axis[wname] % w.ndim not in {a % w.ndim for a in axes}:
+                in_axis = (node.kernel_in_axis[wname],)
+                inputs.add(channel_view(w, in_axis), channel_view(q, in_axis))
         bits = node.quant.weights[names[0]].n_bits
-        entries.append(QuantizerEntry.of(node.name, WEIGHTS, node.layer_type, bits, channels))
+        entry = QuantizerEntry.of(node.name, WEIGHTS, node.layer_type, bits, sums.result())
+        if inputs.signal is not None:
+            used = inputs.signal > 0  # an input channel with all-zero float weights loses nothing
+            lost = inputs.result().sqnr_db[used] < HIGH_ERROR_DB
+            entry.lost_input_channels_percent = 100.0 * float(lost.mean()) if used.any() else 0.0
+        entries.append(entry)
     return entries
 
 
@@ -187,7 +214,7 @@ def measure_impacts(probe: ImpactProbe, entries: list[QuantizerEntry], limit: in
     for entry in chosen:
         entry.output_sqnr_db = probe.output_sqnr_db(isolate(probe.graph, entry))
     for entry in entries:
-        entry.cause = entry.output_sqnr_db is not None and entry.output_sqnr_db < CAUSE_DB
+        entry.cause = entry.damages_output()
     ordered = sorted(entries, key=_worst_first)
     for rank, entry in enumerate(ordered, start=1):
         entry.rank = rank

@@ -13,7 +13,8 @@ quantizer):
      "quantizers": [  # worst first, by the output SQNR with that quantizer alone
         {"rank", "name", "kind", "layer_type", "bits", "sqnr_db", "channel_sqnr_median_db",
          "channel_sqnr_worst_db", "high_error_channels_percent", "zero_rounded_percent",
-         "clipped_percent", "channel_range_spread", "output_sqnr_db", "cause"}],
+         "clipped_percent", "channel_range_spread", "lost_input_channels_percent", "output_sqnr_db",
+         "cause"}],
      "layers": [  # worst first: by output impact where measured, then by local SQNR
         {"rank", "name", "layer_type", "position", "is_output", "error_class", "role",
          "cosine_mean", "cosine_min", "worst_sample", "sqnr_db", "mse", "max_abs_error",
