@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+pytest.register_assert_rewrite("tests.backend_contract")  # its checks run in every backend's tests
 
 import model_compression_toolkit as mct  # noqa: E402
 from tests.fixtures.trained import load_trained  # noqa: E402

@@ -1,6 +1,6 @@
-"""The Keras backend on real small models: read -> build reproduces the model, quantized
-builds match a numpy reference and survive a `.keras` round trip, the user's model is
-left untouched, and unsupported models fail with typed errors."""
+"""The Keras backend on real small models: the backend contract (`tests.backend_contract`)
+on Keras models, and what only Keras does (layer kinds and kernel axes, nested models,
+`.keras` round trips, layers shared between builds, subclassed and unbuilt models)."""
 
 from __future__ import annotations
 
@@ -14,21 +14,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 keras = pytest.importorskip("keras")
 L = keras.layers
 
-from model_compression_toolkit.core.calibration.quantizers import (  # noqa: E402
-    QuantizedWeights,
-    fake_quant,
-    symmetric_grid,
-    uniform_grid,
-)
-from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod  # noqa: E402
+from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights  # noqa: E402
 from model_compression_toolkit.core.graph import OpKind  # noqa: E402
 from model_compression_toolkit.core.preparation import fold_batch_norms, remove_no_ops  # noqa: E402
-from model_compression_toolkit.core.quant_config import (  # noqa: E402
-    ActivationQuantConfig,
-    WeightsQuantConfig,
-)
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError  # noqa: E402
 from model_compression_toolkit.keras.backend import KerasBackend  # noqa: E402
+from tests.backend_contract import MLP, BackendContract, X, quantize_mlp  # noqa: E402
 
 B = KerasBackend()
 RNG = np.random.default_rng(0)
@@ -93,7 +84,7 @@ def residual_model() -> keras.Model:
     p = L.Cropping2D(1)(L.ZeroPadding2D(1)(lr))
     t = L.MaxPooling2D(2)(L.Conv2DTranspose(4, 3, strides=2, padding="same", name="tconv")(p))
     u = L.UpSampling2D(2)(L.MaxPooling2D(2)(lr))
-    cat = L.Concatenate()([t, u])
+    cat = L.Concatenate(name="concatenate")([t, u])  # named: auto names count earlier models
     m = L.Multiply()([cat, cat])
     mx = L.Maximum()([L.Average()([cat, L.Subtract()([cat, m])]), cat])
     ln = L.LayerNormalization()(L.Dropout(0.3)(mx))
@@ -146,15 +137,66 @@ class ChannelScale(L.Layer):
         return {**super().get_config(), "factor": self.factor}
 
 
-def dense_model() -> keras.Model:
+def mlp(w1, b1, w2, b2) -> keras.Model:
     inp = keras.Input((6,))
     h = L.ReLU(name="relu")(L.Dense(4, name="d1")(inp))
-    return randomize(keras.Model(inp, L.Dense(3, name="d2")(h), name="mlp"))
+    model = keras.Model(inp, L.Dense(3, name="d2")(h), name="mlp")
+    model.get_layer("d1").set_weights([w1, b1])
+    model.get_layer("d2").set_weights([w2, b2])
+    return model
 
 
-# ------------------------------------------------------------------------ float builds
-def test_sequential_cnn_reads_kinds_and_rebuilds():
-    graph, warnings = roundtrip(sequential_cnn(), [batch(12, 12, 3)])
+def nested_sequential() -> keras.Model:
+    block = keras.Sequential([keras.Input((4,)), L.Dense(4, name="d"), L.ReLU(name="r")], name="block")
+    mid_in = keras.Input((4,))
+    mid = keras.Model(mid_in, block(mid_in), name="mid")  # two levels deep
+    inp = keras.Input((4,))
+    return randomize(keras.Model(inp, [mid(inp), L.Dense(2, name="fc")(inp)], name="top"))
+
+
+MODELS = {
+    "sequential_cnn": lambda: (sequential_cnn(), [batch(12, 12, 3)]),
+    "residual": lambda: (residual_model(), [batch(16, 16, 3) * 100]),
+    "ops": lambda: (ops_model(), [batch(8, 8, 3)]),
+    "nested": lambda: (nested_model(), [batch(8, 8, 3)]),
+    "nested_sequential": lambda: (nested_sequential(), [batch(4)]),
+    "two_in_two_out": lambda: (two_in_two_out(), [batch(6), batch(4)]),
+    "mlp": lambda: (randomize(mlp(*MLP)), [batch(6)]),
+}
+
+
+class TestKerasBackend(BackendContract):
+    backend = B
+    float_rtol = 1e-5
+
+    def mlp(self, w1, b1, w2, b2):
+        return mlp(w1, b1, w2, b2)
+
+    def unsupported_model(self):
+        inp = keras.Input((4, 4, 2))
+        out = ChannelScale(3.0, name="scale")(L.Conv2D(2, 1, name="conv")(inp))
+        return randomize(keras.Model(inp, out)), [batch(4, 4, 2)], {"scale": "ChannelScale"}
+
+    def user_model(self):
+        model = nested_model()
+        model.get_layer("stem").trainable = False  # its flags must stay as they are
+        return model, [batch(8, 8, 3)]
+
+    def model_state(self, model):
+        return {
+            "weights": [w.copy() for w in model.get_weights()],
+            "config": model.get_config(),
+            "trainable": [layer.trainable for layer in model.layers],
+        }
+
+    @pytest.fixture(params=list(MODELS))
+    def float_model(self, request):
+        return MODELS[request.param]()
+
+
+# ------------------------------------------------------------------------ reading
+def test_sequential_cnn_reads_kinds():
+    graph, warnings = B.read(sequential_cnn(), [batch(12, 12, 3)])
     assert warnings == []
     kinds = [n.kind for n in graph.nodes()]
     assert kinds == [
@@ -178,7 +220,7 @@ def test_sequential_cnn_reads_kinds_and_rebuilds():
 
 
 def test_residual_model_with_many_layer_types():
-    graph, warnings = roundtrip(residual_model(), [batch(16, 16, 3) * 100])
+    graph, warnings = B.read(residual_model(), [batch(16, 16, 3) * 100])
     assert warnings == []
     assert not graph.find([OpKind.UNKNOWN])
     assert graph.node("dw").kernel_axes == {"kernel": (2, 3)}
@@ -214,7 +256,7 @@ def test_residual_model_with_many_layer_types():
 
 
 def test_keras_ops_calls_become_nodes():
-    graph, warnings = roundtrip(ops_model(), [batch(8, 8, 3)])
+    graph, warnings = B.read(ops_model(), [batch(8, 8, 3)])
     assert warnings == []
     by_type = {n.layer_type: n for n in graph.nodes()}
     assert by_type["relu"].kind == OpKind.ACTIVATION and by_type["relu"].attrs["function"] == "relu"
@@ -224,7 +266,7 @@ def test_keras_ops_calls_become_nodes():
 
 
 def test_nested_functional_model_is_flattened():
-    graph, _ = roundtrip(nested_model(), [batch(8, 8, 3)])
+    graph, _ = B.read(nested_model(), [batch(8, 8, 3)])
     names = [n.name for n in graph.nodes()]
     assert {"inner/conv1", "inner/bn", "inner/relu", "inner_1/conv1", "inner_1/relu"} <= set(names)
     assert "inner" not in names
@@ -232,30 +274,16 @@ def test_nested_functional_model_is_flattened():
 
 
 def test_nested_sequential_and_nested_output():
-    block = keras.Sequential([keras.Input((4,)), L.Dense(4, name="d"), L.ReLU(name="r")], name="block")
-    mid_in = keras.Input((4,))
-    mid = keras.Model(mid_in, block(mid_in), name="mid")  # two levels deep
-    inp = keras.Input((4,))
-    model = randomize(keras.Model(inp, [mid(inp), L.Dense(2, name="fc")(inp)], name="top"))
-    graph, _ = roundtrip(model, [batch(4)])
+    graph, _ = B.read(nested_sequential(), [batch(4)])
     assert graph.outputs == [("mid/block/r", 0), ("fc", 0)]
 
 
 def test_two_inputs_two_outputs_and_shared_layer():
     model = two_in_two_out()
-    graph, _ = roundtrip(model, [batch(6), batch(4)])
+    graph, _ = B.read(model, [batch(6), batch(4)])
     assert graph.inputs == ["a", "b"] and graph.outputs == [("o1", 0), ("o2", 0)]
     assert {"shared", "shared_1"} <= {n.name for n in graph.nodes()}
     assert B.input_count(model) == 2 and B.expected_input_shapes(model) == [(None, 6), (None, 4)]
-
-
-def test_unknown_layer_is_kept_and_named_in_warnings():
-    inp = keras.Input((4, 4, 2))
-    out = ChannelScale(3.0, name="scale")(L.Conv2D(2, 1, name="conv")(inp))
-    model = randomize(keras.Model(inp, out))
-    graph, warnings = roundtrip(model, [batch(4, 4, 2)])
-    assert graph.node("scale").kind == OpKind.UNKNOWN
-    assert len(warnings) == 1 and "scale" in warnings[0] and "ChannelScale" in warnings[0]
 
 
 def test_unbuilt_sequential_is_refused_left_unbuilt_and_read_once_built():
@@ -304,125 +332,35 @@ def test_subclassed_model_is_rejected():
 def test_channels_first_batch_names_both_shapes():
     with pytest.raises(InputMismatchError, match=r"\(None, 12, 12, 3\).*\(2, 3, 12, 12\).*channels-last"):
         B.read(sequential_cnn(), [batch(3, 12, 12)])
-    with pytest.raises(InputMismatchError, match=r"\(2, 7\)"):
-        B.read(dense_model(), [batch(7)])
-
-
-def test_user_model_is_unchanged():
-    model = nested_model()
-    model.get_layer("stem").trainable = False
-    before = [w.copy() for w in model.get_weights()]
-    config, flags = model.get_config(), [layer.trainable for layer in model.layers]
-    graph, _ = B.read(model, [batch(8, 8, 3)])
-    for node in graph.nodes():
-        for w in node.weights.values():
-            w *= 0  # the graph's arrays are its own
-    B.build(graph, quantized=False)
-    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
-    assert model.get_config() == config and [layer.trainable for layer in model.layers] == flags
 
 
 # ------------------------------------------------------------------------ quantized builds
-def quantize_by_hand(graph):
-    """Per-channel 4-bit kernel on d1, unsigned 8-bit after relu, uniform 6-bit after d2."""
-    d1 = graph.node("d1")
-    t = np.abs(d1.weights["kernel"]).max(axis=0)
-    d1.quant.weights["kernel"] = WeightsQuantConfig(
-        4,
-        QuantizationMethod.SYMMETRIC,
-        QuantizationErrorMethod.NOCLIPPING,
-        True,
-        (1,),
-        grid=symmetric_grid(t, 4, signed=True),
-    )
-    graph.node("relu").quant.activation = ActivationQuantConfig(
-        8,
-        QuantizationMethod.SYMMETRIC,
-        QuantizationErrorMethod.NOCLIPPING,
-        grid=symmetric_grid(2.0, 8, False),
-    )
-    graph.node("d2").quant.activation = ActivationQuantConfig(
-        6, QuantizationMethod.UNIFORM, QuantizationErrorMethod.NOCLIPPING, grid=uniform_grid(-1.5, 1.0, 6)
-    )
-
-
-def np_fake_quant32(x, grid):
-    s, zp = np.float32(grid.scale), np.float32(grid.zero_point)
-    return (np.clip(np.round(x / s) + zp, grid.qmin, grid.qmax) - zp) * s
-
-
-def test_quantized_build_matches_numpy_reference():
-    model, x = dense_model(), batch(6)
-    graph, _ = B.read(model, [x])
-    quantize_by_hand(graph)
-    got = B.forward(B.build(graph, quantized=True), [x])[0]
-    w1, b1 = graph.node("d1").weights["kernel"], graph.node("d1").weights["bias"]
-    w2, b2 = graph.node("d2").weights["kernel"], graph.node("d2").weights["bias"]
-    h = np.maximum(x @ fake_quant(w1, graph.node("d1").quant.weights["kernel"].grid, (1,)) + b1, 0)
-    h = np_fake_quant32(h, graph.node("relu").quant.activation.grid)
-    want = np_fake_quant32(h @ w2 + b2, graph.node("d2").quant.activation.grid)
-    np.testing.assert_allclose(got, want, atol=1e-5)
-    assert len(np.unique(got)) <= 64
+def read_quantized_mlp():
+    """The contract's MLP, read and given its grids (`tests.backend_contract.quantize_mlp`)."""
+    graph, _ = B.read(mlp(*MLP), [X])
+    quantize_mlp(graph)
+    return graph
 
 
 def test_quantized_model_saves_and_loads_bit_identical(tmp_path):
-    model, x = dense_model(), batch(6)
-    graph, _ = B.read(model, [x])
-    quantize_by_hand(graph)
+    graph = read_quantized_mlp()
     quantized = B.build(graph, quantized=True)
     assert "relu_activation_quant" in [layer.name for layer in quantized.layers]
     path = tmp_path / "q.keras"
     quantized.save(path)
     loaded = keras.models.load_model(path)
-    assert np.array_equal(B.forward(loaded, [x])[0], B.forward(quantized, [x])[0])
-
-
-def test_extra_outputs_follow_graph_outputs():
-    model, x = dense_model(), batch(6)
-    graph, _ = B.read(model, [x])
-    float_outs = B.forward(B.build(graph, False, extra_outputs=["relu"]), [x])
-    hidden = keras.Model(model.inputs, model.get_layer("relu").output)
-    np.testing.assert_allclose(float_outs[1], B.forward(hidden, [x])[0], atol=1e-6)
-    quantize_by_hand(graph)
-    q_outs = B.forward(B.build(graph, True, extra_outputs=["relu"]), [x])
-    scale = graph.node("relu").quant.activation.grid.scale
-    assert len(q_outs) == 2 and np.allclose(q_outs[1] / scale, np.round(q_outs[1] / scale), atol=1e-4)
-
-
-def test_a_tap_gets_the_extra_outputs_and_the_model_returns_nothing():
-    model, x = dense_model(), batch(6)
-    graph, _ = B.read(model, [x])
-    quantize_by_hand(graph)
-    names = ["relu", graph.outputs[0][0]]
-    expected = B.forward(B.build(graph, True, extra_outputs=names), [x])[1:]
-    got = {}
-    tapped = B.build(
-        graph, True, extra_outputs=names, tap=lambda name, value: got.setdefault(name, value.copy())
-    )
-    assert B.forward(tapped, [x]) == []
-    assert list(got) == names
-    for name, want in zip(names, expected):
-        np.testing.assert_array_equal(got[name], want)
+    assert np.array_equal(B.forward(loaded, [X])[0], B.forward(quantized, [X])[0])
 
 
 def test_a_build_shares_the_layers_of_a_model_built_from_the_same_graph_and_weights():
     """The similarity analysis's quantized model is wired over the returned model's layers
-    (no layer made, no weight copied again) and computes the same; a model built from
-    other weights, or in float, is not shared."""
-    model, x = dense_model(), batch(6)
-    graph, _ = B.read(model, [x])
-    quantize_by_hand(graph)
+    (no layer made, no weight copied again; the contract checks it computes the same); a
+    model built from other weights, or in float, is not shared."""
+    graph = read_quantized_mlp()
     weights = QuantizedWeights(graph)
     q_model = B.build(graph, True, weights=weights)
-    before = B.forward(q_model, [x])[0]
-    got = {}
-    tapped = B.build(
-        graph, True, extra_outputs=["relu"], weights=weights, tap=lambda n, v: got.setdefault(n, v.copy()), share=q_model
-    )
+    tapped = B.build(graph, True, extra_outputs=["relu"], weights=weights, tap=lambda n, v: None, share=q_model)
     assert {id(layer) for layer in tapped.model.layers} <= {id(layer) for layer in q_model.layers}
-    B.forward(tapped, [x])
-    np.testing.assert_array_equal(got["relu"], B.forward(B.build(graph, True, extra_outputs=["relu"]), [x])[1])
-    np.testing.assert_array_equal(B.forward(q_model, [x])[0], before)
     own = {id(layer) for layer in q_model.layers}
     for other in (B.build(graph, True, weights=QuantizedWeights(graph), share=q_model), B.build(graph, False, share=q_model)):
         assert not {id(layer) for layer in other.layers} & own

@@ -1,4 +1,6 @@
-"""The PyTorch backend on real small models: read -> build reproduces, quantizes, never mutates."""
+"""The PyTorch backend on real small models: the backend contract (`tests.backend_contract`)
+on PyTorch models, and what only PyTorch does (fx reading, in-place quantizers, hooks,
+channels-last pooling, weights shared without a copy)."""
 
 from __future__ import annotations
 
@@ -22,157 +24,10 @@ from model_compression_toolkit.core.graph import OpKind
 from model_compression_toolkit.core.quant_config import ActivationQuantConfig, WeightsQuantConfig
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError
 from model_compression_toolkit.pytorch.backend import PytorchBackend
+from tests.backend_contract import BackendContract
+from tests.pytorch.models import MODELS, ConvBnRelu, Residual, TwoInputs, make, odd
 
 BACKEND = PytorchBackend()
-
-
-def _randomize_bn(model: nn.Module) -> nn.Module:
-    """Non-trivial running statistics, so a wrong batch-norm reading shows."""
-    gen = torch.Generator().manual_seed(0)
-    for m in model.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
-            m.running_mean.copy_(torch.randn(m.num_features, generator=gen))
-            m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
-            m.weight.data.copy_(torch.randn(m.num_features, generator=gen))
-    return model.eval()
-
-
-class ConvBnRelu(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True))
-        self.head = nn.Conv2d(8, 4, 1, bias=False)
-
-    def forward(self, x):
-        return self.head(self.features(x))
-
-
-class Residual(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(4, 4, 3, padding=1)
-        self.bn1 = nn.BatchNorm2d(4)
-        self.relu = nn.ReLU()
-        self.conv2 = nn.Conv2d(4, 4, 3, padding=1)
-
-    def forward(self, x):
-        y = self.relu(self.bn1(self.conv1(x)))
-        return self.relu(x + self.conv2(y))  # self.relu called twice
-
-
-class Functional(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3)
-        self.fc = nn.Linear(24, 5)
-
-    def forward(self, x):
-        y = F.relu(self.conv(x))
-        y = torch.cat([y, torch.sigmoid(y)], dim=1)  # N, 8, 4, 4
-        m = y.mean(dim=(2, 3))  # N, 8
-        z = y.permute(0, 2, 3, 1).transpose(1, 2).contiguous()  # N, 4, 4, 8
-        z = z[:, :2, 1, :]  # N, 2, 8
-        z = torch.flatten(z, 1)  # N, 16
-        z = torch.cat([z, m.view(x.size(0), -1), y.reshape(x.shape[0], 8, -1).mean(-1)], 1)
-        return self.fc(z[:, :24]).relu() * 2.0 - torch.mean(z)
-
-
-class Groups(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.depthwise = nn.Conv2d(4, 4, 3, groups=4, padding=1)
-        self.grouped = nn.Conv2d(4, 8, 3, groups=2, stride=2, dilation=1)
-        self.up = nn.ConvTranspose2d(8, 6, 2, stride=2)
-        self.up_grouped = nn.ConvTranspose2d(6, 4, 3, stride=1, groups=2, bias=False)
-
-    def forward(self, x):
-        return self.up_grouped(self.up(self.grouped(F.relu6(self.depthwise(x)))))
-
-
-class Conv1dBn(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv1d(3, 6, 3)
-        self.bn = nn.BatchNorm1d(6)
-        self.act = nn.LeakyReLU(0.2)
-        self.pool = nn.AdaptiveAvgPool1d(1)
-
-    def forward(self, x):
-        return self.pool(self.act(self.bn(self.conv(x)))).flatten(1)
-
-
-class Transformerish(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(8, 16)
-        self.norm = nn.LayerNorm(16)
-        self.act = nn.GELU()
-        self.fc2 = nn.Linear(16, 8)
-        self.softmax = nn.Softmax(dim=-1)
-
-    def forward(self, x):
-        y = self.fc2(self.act(self.norm(self.fc1(x))))
-        return self.softmax(y + x), F.softmax(y, dim=1)
-
-
-class Pools(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.maxpool = nn.MaxPool2d(2)
-        self.avgpool = nn.AvgPool2d(2, stride=1)
-        self.gap = nn.AdaptiveAvgPool2d((1, 1))
-        self.flatten = nn.Flatten()
-        self.drop = nn.Dropout(0.5)
-        self.identity = nn.Identity()
-
-    def forward(self, x):
-        y = self.avgpool(self.maxpool(F.hardswish(self.conv(x))))
-        y = F.max_pool2d(y, 2) + F.avg_pool2d(y, 2)
-        return self.identity(self.drop(self.flatten(self.gap(y) * F.adaptive_avg_pool2d(y, 1))))
-
-
-class MultiOutput(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 1)
-        self.act = nn.SiLU()
-
-    def forward(self, x):
-        y = self.conv(x)
-        return {"logits": self.act(y), "aux": [torch.tanh(y), y.sub(1.0)]}, y.mean(dim=1)
-
-
-class TwoInputs(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.gate = nn.Linear(5, 4)
-        self.hsig = nn.Hardsigmoid()
-
-    def forward(self, image, features):
-        gate = self.hsig(self.gate(features))[:, :, None, None]
-        return torch.mul(self.conv(image), gate)
-
-
-MODELS = {
-    "conv_bn_relu": (ConvBnRelu, [(2, 3, 8, 8)]),
-    "residual": (Residual, [(2, 4, 6, 6)]),
-    "functional": (Functional, [(2, 3, 6, 6)]),
-    "groups": (Groups, [(2, 4, 8, 8)]),
-    "conv1d_bn": (Conv1dBn, [(2, 3, 10)]),
-    "transformerish": (Transformerish, [(2, 8)]),
-    "pools": (Pools, [(2, 3, 16, 16)]),
-    "multi_output": (MultiOutput, [(2, 3, 5, 5)]),
-    "two_inputs": (TwoInputs, [(2, 3, 6, 6), (2, 5)]),
-}
-
-
-def _make(key: str) -> tuple[nn.Module, list[np.ndarray]]:
-    torch.manual_seed(0)
-    cls, shapes = MODELS[key]
-    rng = np.random.default_rng(0)
-    return _randomize_bn(cls()), [rng.standard_normal(s).astype(np.float32) for s in shapes]
 
 
 def _assert_same(expected: list[np.ndarray], got: list[np.ndarray], atol: float = 1e-5) -> None:
@@ -181,14 +36,45 @@ def _assert_same(expected: list[np.ndarray], got: list[np.ndarray], atol: float 
         np.testing.assert_allclose(g, e, atol=atol, rtol=0)
 
 
+class TestPytorchBackend(BackendContract):
+    backend = BACKEND
+
+    def mlp(self, w1, b1, w2, b2):
+        model = nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3)).eval()
+        with torch.no_grad():
+            for layer, w, b in ((model[0], w1, b1), (model[2], w2, b2)):
+                layer.weight.copy_(torch.from_numpy(w.T.copy()))
+                layer.bias.copy_(torch.from_numpy(b))
+        return model
+
+    def unsupported_model(self):
+        model, sample = odd()
+        return model, sample, {"erf": "erf", "shuffle": "PixelShuffle", "prelu": "PReLU", "chunk": "chunk"}
+
+    def user_model(self):
+        model, sample = make("conv_bn_relu")
+        model.train()  # its flags, gradients and hooks must stay as they are
+        model.features[0].register_forward_hook(lambda *args: None)
+        return model, sample
+
+    def model_state(self, model):
+        return {
+            "state": {k: v.detach().clone().numpy() for k, v in model.state_dict().items()},
+            "training": [m.training for m in model.modules()],
+            "requires_grad": [p.requires_grad for p in model.parameters()],
+            "hooks": [len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()],
+        }
+
+    @pytest.fixture(params=list(MODELS))
+    def float_model(self, request):
+        return make(request.param)
+
+
 @pytest.mark.parametrize("key", list(MODELS))
-def test_float_build_reproduces_the_model(key):
-    model, sample = _make(key)
-    graph, warnings = BACKEND.read(model, sample)
-    assert warnings == []
-    assert OpKind.UNKNOWN not in {n.kind for n in graph.nodes()}
+def test_a_float_build_returns_what_the_model_returns_and_is_frozen(key):
+    model, sample = make(key)
+    graph, _ = BACKEND.read(model, sample)
     built = BACKEND.build(graph, quantized=False)
-    _assert_same(BACKEND.forward(model, sample), BACKEND.forward(built, sample))
     with torch.no_grad():  # same output structure as the original
         want = model(*(torch.from_numpy(x) for x in sample))
         got = built(*(torch.from_numpy(x) for x in sample))
@@ -200,7 +86,7 @@ def test_float_build_reproduces_the_model(key):
 
 
 def test_graph_describes_the_layers():
-    model, sample = _make("groups")
+    model, sample = make("groups")
     graph, _ = BACKEND.read(model, sample)
     dw, grouped, up, up_grouped = (graph.node(n) for n in ("depthwise", "grouped", "up", "up_grouped"))
     assert dw.kind == OpKind.CONV and dw.attrs["groups"] == 4 and dw.kernel_axes == {"kernel": (0,)}
@@ -211,7 +97,7 @@ def test_graph_describes_the_layers():
     assert graph.node("relu6").attrs["function"] == "relu6" and graph.node("relu6").kind == OpKind.ACTIVATION
     assert graph.inputs == ["x"] and graph.node("x").output_shapes == [(None, 4, 8, 8)]
 
-    model, sample = _make("residual")
+    model, sample = make("residual")
     graph, _ = BACKEND.read(model, sample)
     bn = graph.node("bn1")
     assert bn.kind == OpKind.BATCH_NORM and set(bn.weights) == {"gamma", "beta", "mean", "variance"}
@@ -223,13 +109,13 @@ def test_graph_describes_the_layers():
     assert add.kind == OpKind.ADD and [e.src for e in graph.in_edges("add")] == ["x", "conv2"]
     assert graph.outputs == [("relu_1", 0)]
 
-    model, sample = _make("transformerish")
+    model, sample = make("transformerish")
     graph, _ = BACKEND.read(model, sample)
     assert graph.node("norm").kind == OpKind.LAYER_NORM and graph.node("norm").channel_axis == -1
     assert graph.node("fc1").channel_axis == -1 and graph.node("act").attrs["function"] == "gelu"
     assert graph.node("softmax").kind == OpKind.SOFTMAX and graph.node("softmax").attrs["dim"] == -1
 
-    model, sample = _make("functional")
+    model, sample = make("functional")
     graph, _ = BACKEND.read(model, sample)
     assert graph.node("size").kind == OpKind.SHAPE and graph.node("size").output_shapes == [()]
     assert graph.node("size").channel_axis is None
@@ -238,27 +124,11 @@ def test_graph_describes_the_layers():
     assert graph.node("view").kind == OpKind.RESHAPE
 
 
-def test_unsupported_ops_are_kept_and_named_in_the_warnings():
-    class Odd(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv = nn.Conv2d(3, 8, 1)
-            self.shuffle = nn.PixelShuffle(2)
-            self.prelu = nn.PReLU(2)
-
-        def forward(self, x):
-            a, b = torch.chunk(self.prelu(self.shuffle(torch.erf(self.conv(x)))), 2, dim=1)
-            return a - b
-
-    torch.manual_seed(0)
-    model, sample = Odd(), [np.random.default_rng(1).standard_normal((2, 3, 4, 4)).astype(np.float32)]
-    graph, warnings = BACKEND.read(model, sample)
-    text = "\n".join(warnings)
-    assert len(warnings) == 4 and "erf" in text and "PixelShuffle" in text and "'shuffle'" in text
+def test_unsupported_ops_keep_their_weights_and_output_shapes():
+    model, sample = odd()
+    graph, _ = BACKEND.read(model, sample)
     assert graph.node("chunk").output_shapes == [(None, 1, 8, 8), (None, 1, 8, 8)]
     assert graph.node("prelu").weights.keys() == {"weight"}
-    assert graph.node("erf").kind == OpKind.UNKNOWN
-    _assert_same(BACKEND.forward(model, sample), BACKEND.forward(BACKEND.build(graph, quantized=True), sample))
 
 
 def test_unsupported_layers_of_one_type_give_one_warning_naming_them(recwarn):
@@ -296,8 +166,8 @@ def test_untraceable_model_raises_model_read_error_quoting_fx():
         BACKEND.read(DataDependent(), [np.ones((1, 3), np.float32)])
 
 
-def test_wrong_sample_raises_input_mismatch_naming_the_shapes():
-    model, _ = _make("conv_bn_relu")
+def test_a_wrong_sample_quotes_torch_and_names_the_forward_signature():
+    model, _ = make("conv_bn_relu")
     with pytest.raises(InputMismatchError, match=r"\(2, 5, 8, 8\).*torch failed") as info:
         BACKEND.read(model, [np.zeros((2, 5, 8, 8), np.float32)])
     assert "channels" in str(info.value)  # torch's own message
@@ -307,23 +177,16 @@ def test_wrong_sample_raises_input_mismatch_naming_the_shapes():
         BACKEND.read(TwoInputs(), [np.zeros((2, 3, 6, 6), np.float32)])
 
 
-def test_user_model_is_left_unchanged():
-    model, sample = _make("conv_bn_relu")
-    model.train()
+def test_only_the_users_own_run_calls_the_users_hook():
+    model, sample = make("conv_bn_relu")
     calls = []
     model.features[0].register_forward_hook(lambda *args: calls.append(1))
-    before = {k: v.clone() for k, v in model.state_dict().items()}
     graph, _ = BACKEND.read(model, sample)
-    built = BACKEND.build(graph, quantized=False)
-    BACKEND.forward(built, sample)
-    outputs = BACKEND.forward(model, sample)  # in eval mode, yet the flag stays True
-    assert model.training and all(m.training for m in model.modules())
-    assert calls == [1]  # only the user's own run called the user's hook
-    assert len(model.features[0]._forward_hooks) == 1
-    assert all(p.requires_grad for p in model.parameters())
-    for k, v in model.state_dict().items():
-        assert torch.equal(v, before[k]), k
-    _assert_same(outputs, BACKEND.forward(built, sample))
+    BACKEND.forward(BACKEND.build(graph, quantized=False), sample)
+    BACKEND.forward(BACKEND.build(graph, quantized=True), sample)
+    assert calls == []
+    BACKEND.forward(model, sample)
+    assert calls == [1]
 
 
 def _conv_quant(graph, name, kernel_threshold, activation_threshold):
@@ -349,7 +212,8 @@ def _conv_quant(graph, name, kernel_threshold, activation_threshold):
     return grid, agrid
 
 
-def test_quantized_build_matches_numpy_fake_quant():
+def test_a_quantized_conv_holds_its_fake_quantized_kernel():
+    """A 4-D kernel on its grid per output channel (axis 0), held by the built conv."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 6, 3))
     sample = [np.random.default_rng(2).standard_normal((2, 3, 7, 7)).astype(np.float32)]
@@ -369,8 +233,6 @@ def test_quantized_build_matches_numpy_fake_quant():
     quantizers = [name for name, m in built.named_modules() if type(m).__name__ == "ActivationFakeQuant"]
     assert quantizers == ["0_activation_quant"]
     np.testing.assert_array_equal(built.get_submodule("0").weight.numpy(), qkernel)
-    # float mode ignores the grids
-    _assert_same(BACKEND.forward(model, sample), BACKEND.forward(BACKEND.build(graph, quantized=False), sample))
 
 
 @pytest.mark.parametrize("inplace", [False, True])
@@ -416,7 +278,7 @@ def test_quantizers_overwrite_only_tensors_no_one_else_holds():
 
 
 def test_quantizer_name_says_which_node():
-    model, sample = _make("conv_bn_relu")
+    model, sample = make("conv_bn_relu")
     graph, _ = BACKEND.read(model, sample)
     _conv_quant(graph, "features.0", 1.0, 4.0)
     built = BACKEND.build(graph, quantized=True, extra_outputs=["features.0"])
@@ -427,42 +289,19 @@ def test_quantizer_name_says_which_node():
     np.testing.assert_allclose(conv_out / step, np.round(conv_out / step), atol=1e-4)
 
 
-def test_extra_outputs_return_intermediate_tensors():
-    model, sample = _make("residual")
-    seen = {}
-    for name in ("conv1", "bn1", "conv2"):
-        model.get_submodule(name).register_forward_hook(
-            lambda m, i, o, name=name: seen.__setitem__(name, o.detach().numpy().copy())
-        )
-    graph, _ = BACKEND.read(model, sample)
-    built = BACKEND.build(graph, quantized=False, extra_outputs=["conv2", "conv1", "bn1"])
-    final, conv2, conv1, bn1 = BACKEND.forward(built, sample)
-    (expected,) = BACKEND.forward(model, sample)
-    _assert_same([expected, seen["conv2"], seen["conv1"], seen["bn1"]], [final, conv2, conv1, bn1])
-
-
-def test_a_tap_gets_each_output_as_it_is_computed_and_the_model_returns_nothing():
-    model, sample = _make("residual")
+def test_a_tap_gets_each_output_before_the_next_layer_runs():
+    model, sample = make("residual")
     graph, _ = BACKEND.read(model, sample)
     names = [graph.inputs[0], "conv1", "conv2"]
-    outputs = dict(
-        zip(names, BACKEND.forward(BACKEND.build(graph, quantized=False, extra_outputs=names), sample)[1:])
-    )
-    events, got = [], {}
-
-    def tap(name, value):
-        events.append(name)
-        got[name] = value.copy()  # the array is only valid during the call
-
-    tapped = BACKEND.build(graph, quantized=False, extra_outputs=names, tap=tap)
+    events = []
+    tapped = BACKEND.build(graph, quantized=False, extra_outputs=names, tap=lambda name, value: events.append(name))
     tapped.get_submodule("conv2").register_forward_pre_hook(lambda m, i: events.append("conv2 runs"))
     assert BACKEND.forward(tapped, sample) == []
     assert events == [names[0], "conv1", "conv2 runs", "conv2"]  # handed over before the next layer runs
-    _assert_same([outputs[n] for n in names], [got[n] for n in names])
 
 
-def test_models_built_from_one_set_of_quantized_weights_share_them():
-    model, sample = _make("conv_bn_relu")
+def test_models_built_from_one_set_of_quantized_weights_hold_them_without_a_copy():
+    model, sample = make("conv_bn_relu")
     graph, _ = BACKEND.read(model, sample)
     _conv_quant(graph, "features.0", 1.0, 4.0)
     weights = QuantizedWeights(graph)
@@ -470,7 +309,6 @@ def test_models_built_from_one_set_of_quantized_weights_share_them():
     kernel = weights["features.0"]["kernel"]
     for built in (first, second):  # no copy of the weights per model
         assert built.get_submodule("features.0").weight.data_ptr() == kernel.ctypes.data
-    np.testing.assert_array_equal(BACKEND.forward(first, sample)[0], BACKEND.forward(second, sample)[0])
     read_only = graph.node("features.0").weights["kernel"]
     read_only.flags.writeable = False  # a weight torch cannot share is copied, without a warning
     with warnings.catch_warnings():
@@ -482,7 +320,7 @@ def test_models_built_from_one_set_of_quantized_weights_share_them():
 
 
 def test_extra_output_is_not_overwritten_by_an_inplace_relu():
-    model, sample = _make("conv_bn_relu")
+    model, sample = make("conv_bn_relu")
     seen = {}
 
     def hook(module, inputs, output):
