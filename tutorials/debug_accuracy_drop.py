@@ -1,24 +1,23 @@
-"""Debug an accuracy drop after quantization: find the layer to blame, keep it float.
+"""Debug an accuracy drop after quantization: find the quantizer that causes it, fix it.
 
     python tutorials/debug_accuracy_drop.py [--framework pytorch|keras] [--log-folder DIR]
                                             [--epochs N] [--smoke]
 
-The workflow of Intel Neural Insights' accuracy-debug walkthrough, with this library:
+The most common way real models fail 8-bit quantization: one activation channel carries
+values hundreds of times larger than the others. Here the digits CNN gets one: a channel
+of its second block is scaled up 300x and the next conv's weights for that channel down
+300x, so the float model computes exactly what it did. Quantized, the accuracy collapses.
 
-1. Quantize a model and see its accuracy collapse.
-2. Find the culprit in the similarity report, ``info.similarity.ranked()``: worst first by
-   *local* error (that layer alone quantized, fed float inputs), so the layer that breaks
-   things stands out from the layers after it that only inherit its damage (*accumulated*
-   error).
-3. See it in TensorBoard: the quantized graph coloured by error class, its weights'
-   histograms float vs quantized.
-4. Keep it float with ``mct.core.KeepFloat(names=[...])``, quantize again: accuracy back.
-5. Let ``*_tuned_post_training_quantization`` do steps 2-4 by itself (when available).
-
-The model is the digits CNN with one outlier planted in its second convolution (a weight
-1000x its largest, on an input channel that is always zero, as in
-``tutorials/digits.py``). Quantized per tensor with no clipping, the outlier sets the
-threshold and every other weight of that conv rounds to zero.
+1. Quantize the model and see its accuracy collapse.
+2. Read the causes in the similarity report, ``info.similarity.causes()``: every quantizer
+   (a layer's output, or its weights) ranked by how much it alone damages the model's
+   output. The layer where the damage *shows* (the last ones, whose accumulated error is
+   worst) is not where it is *caused*.
+3. See why: over the whole tensor the damaged activation looks fine (the outlier channel
+   dominates its SQNR); per channel it does not (most channels round to zero).
+4. Apply the suggested fix, ``CoreConfig(keep_float=info.similarity.suggested_fix())``,
+   and quantize again: the accuracy comes back.
+5. Let ``*_tuned_post_training_quantization`` do steps 2-4 by itself.
 
 ``--smoke`` trains 3 epochs and uses 2 representative batches: seconds, for the tests.
 """
@@ -44,12 +43,23 @@ sys.path.insert(0, str(REPO))
 import model_compression_toolkit as mct  # noqa: E402
 from tutorials import digits  # noqa: E402
 
-# One threshold per weight tensor (not per output channel), set to the largest |weight|
-# (no clipping): the configuration under which one outlier ruins a whole layer. The
-# default (per channel, MSE threshold search) confines the damage to one output channel.
-PER_TENSOR = mct.core.QuantizationConfig(
-    weights_per_channel=False, weights_error_method=mct.core.QuantizationErrorMethod.NOCLIPPING
-)
+OUTLIER = 300.0  # how much larger the outlier channel is
+
+
+def torch_outlier(model: Any, x: np.ndarray) -> tuple[Any, str]:
+    """Scale the busiest channel of the second block up (its batch norm) and the third
+    conv's weights for that channel down: the same function, one outlier channel."""
+    import copy
+
+    import torch
+
+    model = copy.deepcopy(model)
+    with torch.no_grad():
+        channel = int(model[:6](torch.from_numpy(x)).mean(dim=(0, 2, 3)).argmax())
+        model[4].weight[channel] *= OUTLIER  # batch norm 2: gamma and beta
+        model[4].bias[channel] *= OUTLIER
+        model[6].weight[:, channel] /= OUTLIER  # conv 3: the weights reading that channel
+    return model, "5"  # the ReLU of block 2: the activation holding the outlier
 
 
 @dataclass
@@ -60,36 +70,46 @@ class Framework:
     make: Callable[[], Any]
     train: Callable[..., Any]
     predict: Callable[[Any], Callable[[np.ndarray], np.ndarray]]
-    with_bad_layer: Callable[[Any], tuple[Any, str]]
     ptq: Callable[..., Any]
-    tuned_ptq_name: str
-    weights: Callable[[Any, str], np.ndarray]  # (model, layer name) -> its kernel
+    tuned_ptq: Callable[..., Any]
+    plant: Callable[[Any, np.ndarray], tuple[Any, str]]
 
 
-def _torch_weights(model: Any, name: str) -> np.ndarray:
-    return dict(model.named_modules())[name].weight.detach().numpy()
+def plant_keras(model: Any, x: np.ndarray) -> tuple[Any, str]:
+    """The Keras version: the same change, through the layers' weights."""
+    import keras
 
-
-def _keras_weights(model: Any, name: str) -> np.ndarray:
-    return np.asarray(model.get_layer(name).get_weights()[0])
+    trained = model.get_weights()
+    model = keras.models.clone_model(model)
+    model.set_weights(trained)
+    relus = [layer for layer in model.layers if isinstance(layer, keras.layers.ReLU)]
+    bn = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)][1]
+    conv = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)][2]
+    channel = int(np.asarray(keras.Model(model.inputs, relus[1].output)(x)).mean(axis=(0, 1, 2)).argmax())
+    gamma, beta, mean, variance = bn.get_weights()
+    gamma[channel] *= OUTLIER
+    beta[channel] *= OUTLIER
+    bn.set_weights([gamma, beta, mean, variance])
+    kernel, *rest = conv.get_weights()
+    kernel[:, :, channel, :] /= OUTLIER
+    conv.set_weights([kernel, *rest])
+    return model, relus[1].name
 
 
 FRAMEWORKS = {
     "pytorch": Framework(
-        False, digits.torch_digits_cnn, digits.train_torch, digits.torch_predict, digits.torch_with_bad_layer,
-        mct.ptq.pytorch_post_training_quantization, "pytorch_tuned_post_training_quantization", _torch_weights,
+        False, digits.torch_digits_cnn, digits.train_torch, digits.torch_predict,
+        mct.ptq.pytorch_post_training_quantization, mct.ptq.pytorch_tuned_post_training_quantization, torch_outlier,
     ),
     "keras": Framework(
-        True, digits.keras_digits_cnn, digits.train_keras, digits.keras_predict, digits.keras_with_bad_layer,
-        mct.ptq.keras_post_training_quantization, "keras_tuned_post_training_quantization", _keras_weights,
+        True, digits.keras_digits_cnn, digits.train_keras, digits.keras_predict,
+        mct.ptq.keras_post_training_quantization, mct.ptq.keras_tuned_post_training_quantization, plant_keras,
     ),
 }  # fmt: skip
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--framework", choices=sorted(FRAMEWORKS), default="pytorch")
     parser.add_argument(
         "--log-folder",
@@ -97,35 +117,8 @@ def parse_args() -> argparse.Namespace:
         help="where the TensorBoard logs go (default: %(default)s)",
     )
     parser.add_argument("--epochs", type=int, default=15, help="training epochs (default: %(default)s)")
-    parser.add_argument(
-        "--smoke", action="store_true", help="3 epochs, 2 representative batches: runs in seconds"
-    )
+    parser.add_argument("--smoke", action="store_true", help="3 epochs, 2 representative batches: runs in seconds")
     return parser.parse_args()
-
-
-def tuned_ptq(fw: Framework) -> Callable[..., Any] | None:
-    """The framework's tuned PTQ function, or None when this version of the library lacks it."""
-    try:
-        import model_compression_toolkit.pipeline.tuning  # noqa: F401
-    except ImportError:
-        return None
-    return getattr(mct.ptq, fw.tuned_ptq_name, None)
-
-
-def local_group(info: mct.core.QuantizationInfo, point: str) -> list[str]:
-    """The compare point and the layers fused into it: ``conv -> relu`` gives [conv, relu].
-
-    A conv followed by its activation has no quantizer of its own (its output is quantized
-    after the activation), so the error measured at the ReLU is the conv's too: keep both.
-    """
-    names = list(info.layers)  # in graph order
-    group = [point]
-    for name in reversed(names[: names.index(point)]):
-        layer = info.layers[name]
-        if layer.activation is not None or not layer.weights:
-            break
-        group.insert(0, name)
-    return group
 
 
 def main() -> None:
@@ -136,113 +129,83 @@ def main() -> None:
     x_train, y_train, x_test, y_test = digits.digits_data(channels_last=fw.channels_last)
     start = time.perf_counter()
     trained = fw.train(fw.make(), x_train, y_train, epochs=epochs)
-    # `planted` is the compare point the outlier's damage first reaches. We do not use it to
-    # debug, only to check at the end that the report pointed at the right layer.
-    model, planted = fw.with_bad_layer(trained)
-    print(
-        f"trained the {args.framework} digits CNN for {epochs} epoch(s) in {time.perf_counter() - start:.1f} s"
-    )
+    print(f"trained the {args.framework} digits CNN for {epochs} epoch(s) in {time.perf_counter() - start:.1f} s")
 
     def evaluate(m: Any) -> float:
         return digits.accuracy(fw.predict(m), x_test, y_test)
 
+    # `planted` is the activation that holds the outlier. We do not use it to debug, only
+    # to check at the end that the report named it.
+    model, planted = fw.plant(trained, x_train[:256])
+    print(f"planted an outlier channel: float accuracy {evaluate(trained):.2f} % before, {evaluate(model):.2f} % after")
+
     log_folder = mct.set_log_folder(args.log_folder)
     data_gen = digits.representative_dataset(x_train, batches=batches, batch_size=32)
-    per_tensor = mct.core.CoreConfig(quantization_config=PER_TENSOR)
 
     # ------------------------------------------------------------ 1. the accuracy drop
-    print("\n== 1. quantize (8 bits, weights per tensor, no clipping)")
-    q_model, info = fw.ptq(model, data_gen, per_tensor)
+    print("\n== 1. quantize (the defaults: 8 bits, weights per channel, activations per tensor)")
+    q_model, info = fw.ptq(model, data_gen)
     float_acc, damaged_acc = evaluate(model), evaluate(q_model)
     print(f"float accuracy:     {float_acc:.2f} %")
     print(f"quantized accuracy: {damaged_acc:.2f} %")
     print(f"logs of this call:  {info.log_folder}")
 
-    # ------------------------------------------------------------ 2. the culprit
-    # Every quantized activation is a compare point. For each, the report holds the error
-    # of the quantized model up to that point (accumulated: cosine_mean, sqnr_db, mse) and
-    # the error of that layer alone quantized on float inputs (local_*). ranked() sorts by
-    # local SQNR, worst first. Error classes: low >= 30 dB, medium 15-30 dB, high < 15 dB.
-    print("\n== 2. the similarity report, worst first by local error (that layer alone quantized)")
-    ranked = info.similarity.ranked()
-    print(f"  {'layer':<24} {'type':<18} {'local SQNR':>11} {'accumulated SQNR':>17}  class")
-    for layer in ranked[:5]:
-        local = f"{layer.local_sqnr_db:7.1f} dB" if layer.local_sqnr_db is not None else "      n/a"
-        print(
-            f"  {layer.name:<24} {layer.layer_type:<18} {local:>11} {layer.sqnr_db:14.1f} dB  {layer.error_class}"
-        )
-    worst = ranked[0]
-    inherit = [
-        layer.name
-        for layer in info.similarity.layers
-        if layer.position > worst.position and layer.sqnr_db < 15 and (layer.local_sqnr_db or 0) >= 30
-    ]
-    print(
-        f"worst layer by local error: {worst.name} ({worst.layer_type}), local SQNR {worst.ranking_sqnr_db:.1f} dB"
-    )
-    if inherit:
-        print(f"  {', '.join(inherit)}: bad accumulated but good local error -- they only inherit its damage")
+    # ------------------------------------------------------------ 2. the causes
+    # Every quantizer is switched on alone in the float model, and the output's SQNR
+    # against the float output says how much it damages the model (under 20 dB: a cause).
+    report = info.similarity
+    print("\n== 2. the quantizers ranked by what each alone does to the output")
+    print(f"  {'quantizer':<26} {'output SQNR alone':>18} {'own SQNR':>9} {'median channel':>15}  cause")
+    for q in report.quantizers[:5]:
+        alone = f"{q.output_sqnr_db:8.1f} dB" if q.output_sqnr_db is not None else "not measured"
+        median = f"{q.channel_sqnr_median_db:8.1f} dB" if q.channel_sqnr_median_db is not None else "n/a"
+        print(f"  {q.name + ' (' + q.kind + ')':<26} {alone:>18} {q.sqnr_db:6.1f} dB {median:>15}  {'yes' if q.cause else ''}")
+    first = report.causes()[0]
+    print(f"first cause: {first.name} ({first.kind}), output SQNR alone {first.output_sqnr_db:.1f} dB")
+    shows = [layer for layer in report.layers if layer.role == "inherits"]
+    if shows:
+        where = ", ".join(f"{layer.name} (accumulated SQNR {layer.sqnr_db:.1f} dB)" for layer in shows)
+        print(f"  where the damage shows: {where} -- they only inherit it")
 
-    group = local_group(info, worst.name)
-    conv = group[0]
-    print(f"its local group (what the local error measured): {' -> '.join(group)}")
-
-    # ------------------------------------------------------------ 3. look at it
-    print(f"\n== 3. why {conv!r} breaks")
-    # Neural Insights' next step: the weights' histogram. The numbers tell the same story.
-    w = np.abs(fw.weights(model, conv)).ravel()  # as trained (before batch-norm folding)
-    bulk = float(np.percentile(w, 99))
-    print(f"  its weights: largest |w| {w.max():.3g}, 99th percentile {bulk:.3g} ({w.max() / bulk:.0f}x)")
-    wcfg = next(iter(info.layers[conv].weights.values()))  # its kernel's quantization
-    threshold, step = float(np.max(wcfg["threshold"])), float(np.max(wcfg["grid"]["scale"]))
+    # ------------------------------------------------------------ 3. why
+    print(f"\n== 3. why {first.name!r} breaks")
+    print(f"  over the whole tensor its own error looks small: SQNR {first.sqnr_db:.1f} dB")
     print(
-        f"  per tensor the outlier sets the threshold: {threshold:.3g} (after folding), one 8-bit step {step:.3g}"
+        f"  per channel it is not: the median channel keeps {first.channel_sqnr_median_db:.1f} dB, "
+        f"{first.high_error_channels_percent:.0f} % of the channels are under 15 dB"
     )
-    print("  so every weight but the outlier rounds to zero")
+    print(
+        f"  one channel's range is {first.channel_range_spread:.0f}x the median channel's, and "
+        f"{first.zero_rounded_percent:.0f} % of the values round to zero on its per-tensor grid"
+    )
     run = info.log_folder
     print("  In TensorBoard:")
-    later = sorted({layer.error_class for layer in info.similarity.layers if layer.position > worst.position})
-    print(
-        f"    Graphs, run {run.name}/quantized_graph, Color 'Device': {worst.name} is error_{worst.error_class},"
-    )
-    print(
-        f"      the layers after it {' / '.join(f'error_{c}' for c in later) or '-'} (judged by local error);"
-    )
-    print("      click a node for its cosine / SQNR / MSE")
-    print(f"    Histograms, run {run.name}/quantized_graph: {conv}/weights/float vs {conv}/weights/quantized")
-    print(f"    Scalars, runs {run.name}/similarity/local and /accumulated: similarity/sqnr_db per layer")
+    print(f"    Text, run {run.name}/similarity: similarity/causes (this table, and the fix)")
+    print(f"    Graphs, run {run.name}/quantized_graph: click {first.name} for its channel measures and role")
 
-    # ------------------------------------------------------------ 4. keep it float
-    print(f"\n== 4. keep {' and '.join(group)} float, quantize again")
-    keep = mct.core.CoreConfig(quantization_config=PER_TENSOR, keep_float=mct.core.KeepFloat(names=group))
-    q_fixed, info_fixed = fw.ptq(model, data_gen, keep)
+    # ------------------------------------------------------------ 4. the fix
+    fix = report.suggested_fix()
+    print("\n== 4. the suggested fix, applied as the report says")
+    print(f"  {fix.code()}".replace("\n", "\n  "))
+    q_fixed, info_fixed = fw.ptq(model, data_gen, mct.core.CoreConfig(keep_float=fix))
     recovered_acc = evaluate(q_fixed)
     print(f"recovered accuracy: {recovered_acc:.2f} %")
-    print(f"  {worst.name}: {info_fixed.float_layers.get(worst.name)}")
     mem = info_fixed.memory
-    print(
-        f"  weights {mem.weights_float_bytes / 1024:.1f} KiB float -> {mem.weights_quantized_bytes / 1024:.1f} KiB"
-    )
+    print(f"  weights {mem.weights_float_bytes / 1024:.1f} KiB float -> {mem.weights_quantized_bytes / 1024:.1f} KiB")
+    print(f"  {planted}: {info_fixed.float_layers.get(planted)}")
     print(f"  logs of this call:  {info_fixed.log_folder}")
-    print(f"the planted layer was {planted!r}: {'found' if worst.name == planted else 'MISSED'}")
+    print(f"the planted outlier was in {planted!r}: {'found' if first.name == planted else 'MISSED'}")
 
     # ------------------------------------------------------------ 5. automatically
-    tuned = tuned_ptq(fw)
-    if tuned is None:
-        print("\n== 5. tuned PTQ is not available in this version: skipped")
-    else:
-        # Trial 1 is the plain PTQ; each next trial keeps the next worst local group float,
-        # until the drop below the float accuracy is at most max_drop (here 1 point).
-        print("\n== 5. the same, automatically: tuned PTQ")
-        config = mct.core.TuningConfig(max_drop=1.0, max_trials=3)
-        q_tuned, info_tuned = tuned(model, data_gen, evaluate, config, per_tensor)
-        print(f"tuned accuracy:     {evaluate(q_tuned):.2f} %")
-        print(info_tuned.tuning.summary())
-        runs = sorted(
-            p.name for p in info_tuned.log_folder.iterdir() if p.name.startswith(("baseline_", "tune_"))
-        )
-        print(f"  TensorBoard runs in {info_tuned.log_folder.name}: {', '.join(runs)} and tuning")
-        print("  (the same histogram tags in each: compare a layer's fp32 and int8 side by side)")
+    # Trial 1 is the plain PTQ; trial 2 applies its report's fix; later trials keep the
+    # next quantizers in rank order float, until the drop is at most max_drop (1 point).
+    print("\n== 5. the same, automatically: tuned PTQ")
+    config = mct.core.TuningConfig(max_drop=1.0, max_trials=3)
+    q_tuned, info_tuned = fw.tuned_ptq(model, data_gen, evaluate, config)
+    print(f"tuned accuracy:     {evaluate(q_tuned):.2f} %")
+    print(info_tuned.tuning.summary())
+    runs = sorted(p.name for p in info_tuned.log_folder.iterdir() if p.name.startswith(("baseline_", "tune_")))
+    print(f"  TensorBoard runs in {info_tuned.log_folder.name}: {', '.join(runs)} and tuning")
 
     print("\nto see every run, start:")
     print(f"  tensorboard --logdir {log_folder}")

@@ -1,12 +1,13 @@
 """The similarity analysis in TensorBoard, and the per-layer error for the graph view.
 
-    <ptq run>/similarity/               Images      cosine_similarity/sample_<i>  (x = layer names)
+    <call folder>/similarity/               Images      cosine_similarity/sample_<i>  (x = layer names)
                                                     cosine_similarity/summary     (mean, min-max band)
                                                     filters/<conv>                (float | quantized)
                                         Histograms  <layer>/float, <layer>/quantized (same buckets)
-                                        Text        similarity/report (ranked table, worst first)
-    <ptq run>/similarity/accumulated/   Scalars     similarity/cosine, similarity/sqnr_db, similarity/mse
-    <ptq run>/similarity/local/         Scalars     the same tags: TensorBoard overlays both runs
+                                        Text        similarity/causes (the quantizers to blame, the fix)
+                                                    similarity/report (ranked table, worst first)
+    <call folder>/similarity/accumulated/   Scalars     similarity/cosine, similarity/sqnr_db, similarity/mse
+    <call folder>/similarity/local/         Scalars     the same tags: TensorBoard overlays both runs
 
 Scalars use step = the layer's topological position. Nothing non-finite is written: a bad
 number is left out of the scalars, drawn as a gap in the plots and shown as "n/a" in the
@@ -28,6 +29,7 @@ from model_compression_toolkit.core.calibration.quantizers import node_weight
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.numbers import finite_or_none
 from model_compression_toolkit.core.similarity.analysis import PairHistogram, SimilarityResult
+from model_compression_toolkit.core.similarity.causes import CAUSE_DB
 from model_compression_toolkit.core.similarity.report import (
     ERROR_CLASS_THRESHOLDS_DB,
     LayerSimilarity,
@@ -74,6 +76,7 @@ def write_similarity(
                 value = finite_or_none(getattr(layer, name))
                 if value is not None:
                     writer.add_scalar(tag, value, step=int(layer.position))
+    main.add_text("similarity/causes", causes_markdown(report))
     main.add_text("similarity/report", report_markdown(report))
     for name, pair in result.histograms.items():
         protos = pair_histograms(pair)
@@ -98,7 +101,11 @@ def error_devices(report: SimilarityReport) -> dict[str, str]:
 
 def metric_attrs(report: SimilarityReport) -> dict[str, dict[str, float | str]]:
     """Node name -> the metrics shown as GraphDef attributes (finite values only)."""
-    names = ("cosine_mean", "cosine_min", "sqnr_db", "mse", "local_sqnr_db", "local_mse", "clipped_percent")
+    names = (
+        "cosine_mean", "cosine_min", "sqnr_db", "mse", "local_sqnr_db", "local_mse", "clipped_percent",
+        "channel_sqnr_median_db", "channel_sqnr_worst_db", "high_error_channels_percent", "zero_rounded_percent",
+        "channel_range_spread", "output_sqnr_db",
+    )  # fmt: skip
     out: dict[str, dict[str, float | str]] = {}
     for layer in report.layers:
         attrs: dict[str, float | str] = {}
@@ -109,7 +116,19 @@ def metric_attrs(report: SimilarityReport) -> dict[str, dict[str, float | str]]:
         cls = _error_class(layer)
         if cls is not None:
             attrs["error_class"] = cls
+        if layer.role:
+            attrs["role"] = layer.role
         out[layer.name] = attrs
+    for q in report.quantizers:  # the weights' own measures on their layer
+        if q.kind == "weights":
+            attrs = out.setdefault(q.name, {})
+            for name in ("sqnr_db", "channel_sqnr_worst_db", "zero_rounded_percent", "lost_input_channels_percent",
+                         "output_sqnr_db"):  # fmt: skip
+                value = finite_or_none(getattr(q, name))
+                if value is not None:
+                    attrs[f"weights.{name}"] = value
+            if q.cause:
+                attrs["weights.role"] = "cause"
     return out
 
 
@@ -444,26 +463,63 @@ def _bits(layer: LayerSimilarity) -> str:
     return f"{layer.weights_bits or '-'}/{layer.activation_bits or '-'}"
 
 
+def causes_markdown(report: SimilarityReport) -> str:
+    """The causes and the suggested fix, then every quantizer ranked by what it alone does
+    to the model output: the first thing the Text dashboard shows."""
+    causes = report.causes()
+    if causes:
+        head = [
+            f"**{len(causes)} quantizer(s) damage the output on their own** (output SQNR with that quantizer "
+            f"alone under {CAUSE_DB:g} dB, on {report.impact_samples} samples). Suggested fix, which "
+            "`CoreConfig(keep_float=info.similarity.suggested_fix())` applies:",
+            "",
+            "```",
+            report.fix.code(),
+            "```",
+            "",
+            report.fix.summary().split("\n", 1)[-1].strip().replace("\n  ", "; "),
+        ]
+    else:
+        head = [f"**No quantizer damages the output on its own** (every output SQNR alone ≥ {CAUSE_DB:g} dB)."]
+    rows = [
+        "| rank | quantizer | type | bits | output SQNR alone dB | own SQNR dB | median channel dB | worst channel dB "
+        "| channels < 15 dB % | rounded to 0 % | clipped % | range spread | lost inputs % | cause |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for q in report.quantizers:
+        cells = [
+            str(q.rank), _name(f"{q.name} ({q.kind})"), _name(q.layer_type), str(q.bits),
+            _fmt(q.output_sqnr_db, ".1f"), _fmt(q.sqnr_db, ".1f"), _fmt(q.channel_sqnr_median_db, ".1f"),
+            _fmt(q.channel_sqnr_worst_db, ".1f"), _fmt(q.high_error_channels_percent, ".0f"),
+            _fmt(q.zero_rounded_percent, ".1f"), _fmt(q.clipped_percent, ".2f"), _fmt(q.channel_range_spread, ".3g"),
+            _fmt(q.lost_input_channels_percent, ".1f"), "**yes**" if q.cause else "",
+        ]  # fmt: skip
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join([*head, "", *rows])
+
+
 def report_markdown(report: SimilarityReport) -> str:
     """The ranked table, worst layer first, for the Text dashboard."""
     low, medium = ERROR_CLASS_THRESHOLDS_DB["low"], ERROR_CLASS_THRESHOLDS_DB["medium"]
     lines = [
         f"**{len(report.layers)} layers compared on {report.samples} samples, worst first** "
-        "(ranked by local SQNR, accumulated where a layer has no local value). "
+        "(by the output SQNR with the layer's own quantizers alone where measured, then by local SQNR). "
         "*Accumulated*: quantized model vs float model at this layer; *local*: this layer "
         f"alone quantized, fed the float input. Error class: low ≥ {low:g} dB, medium "
         f"{medium:g}–{low:g} dB, high < {medium:g} dB.",
         "",
-        "| rank | layer | type | cosine mean | cosine min | SQNR dB | local SQNR dB | MSE | local MSE "
-        "| weight threshold max | activation threshold | % clipped | bits W/A | error |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---|",
+        "| rank | layer | type | role | cosine mean | cosine min | SQNR dB | local SQNR dB | output SQNR alone dB "
+        "| median channel dB | rounded to 0 % | MSE | local MSE | weight threshold max | activation threshold "
+        "| % clipped | bits W/A | error |",
+        "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---|",
     ]
     ranked = sorted(report.ranked(), key=lambda layer: _error_class(layer) is None)  # unknown SQNR last
     for rank, layer in enumerate(ranked, start=1):
         cells = [
-            str(rank), _name(layer.name), _name(layer.layer_type),
+            str(rank), _name(layer.name), _name(layer.layer_type), layer.role or "",
             _fmt(layer.cosine_mean, ".5f"), _fmt(layer.cosine_min, ".5f"),
-            _fmt(layer.sqnr_db, ".1f"), _fmt(layer.local_sqnr_db, ".1f"),
+            _fmt(layer.sqnr_db, ".1f"), _fmt(layer.local_sqnr_db, ".1f"), _fmt(layer.output_sqnr_db, ".1f"),
+            _fmt(layer.channel_sqnr_median_db, ".1f"), _fmt(layer.zero_rounded_percent, ".1f"),
             _fmt(layer.mse, ".3g"), _fmt(layer.local_mse, ".3g"),
             _fmt(layer.weights_threshold_max, ".4g"), _fmt(layer.activation_threshold, ".4g"),
             _fmt(layer.clipped_percent, ".2f"), _bits(layer),

@@ -179,7 +179,7 @@ def test_text_is_served_word_for_word(served):
     logged, board = served
     expected = expected_tags(logged, "text")
     assert served_tags(board, "text") == expected
-    assert expected[logged.name("similarity")] == {"similarity/report"}
+    assert expected[logged.name("similarity")] == {"similarity/causes", "similarity/report"}
     assert all(expected[logged.name(stage)] == {"summary"} for stage in STAGES)
     for run, tags in expected.items():
         for tag in tags:
