@@ -1,4 +1,10 @@
-"""`QuantizationInfo`: what a PTQ call decided, returned as its second value."""
+"""`QuantizationInfo`: what a PTQ call decided, returned as its second value.
+
+The counts and sizes every report gives (``mct.log``, the Text summaries, ``info``, its
+JSON) are defined here once: `LayerCounts` (how many layers are quantized, kept in float,
+or have nothing to quantize) and `MemorySummary` (the float model *as given* against the
+quantized one).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
-from model_compression_toolkit.core.memory import graph_memory, total
+from model_compression_toolkit.core.memory import FLOAT_BITS, NodeMemory, activation_bits, graph_memory, total
 from model_compression_toolkit.core.numbers import json_safe
 from model_compression_toolkit.core.quant_config import QuantGrid
 from model_compression_toolkit.core.similarity.report import SimilarityReport
@@ -86,9 +92,67 @@ class LayerInfo:
         )
 
 
+def _holds_float_tensor(node: Node) -> bool:
+    """Whether the node's output is a floating-point tensor that quantization could apply to
+    (not a shape, a constant, or an integer or non-tensor input)."""
+    if node.kind in (OpKind.SHAPE, OpKind.CONSTANT):
+        return False
+    dtype = node.attrs.get("dtype")
+    if node.kind == OpKind.INPUT and dtype is not None:
+        return dtype != "non-tensor" and ("float" in str(dtype) or str(dtype) in ("half", "double"))
+    return True
+
+
+def float_layers(graph: Graph) -> dict[str, str]:
+    """The layers the quantized model runs in float, with the reason: no weight of theirs
+    is quantized and their output is stored in float (neither quantized by them, nor by
+    the activation they are fused with, nor carried from a quantized input).
+
+    A conv fused with its ReLU (its weights 8-bit, its output quantized after the ReLU) or a
+    flatten after a quantized layer is *not* a float layer."""
+    bits = activation_bits(graph)
+    return {
+        n.name: n.quant.activation_float_reason or n.quant.weights_float_reason or "not quantized"
+        for n in graph.nodes()
+        if not n.quant.weights and bits[n.name] == FLOAT_BITS and _holds_float_tensor(n)
+    }
+
+
+@dataclass
+class LayerCounts:
+    """How many layers a quantized graph has of each kind; every report counts with this.
+
+    Attributes:
+        layers: every layer (graph node).
+        quantized: layers with a quantizer of their own (quantized weights or output).
+        kept_float: layers the quantized model runs in float (`float_layers`).
+        other: the rest, which have nothing of their own to quantize: fused into the
+            activation after them, only moving their input's quantized values (flatten,
+            reshape), or producing no floating-point tensor (shapes, constants, integer inputs).
+    """
+
+    layers: int
+    quantized: int
+    kept_float: int
+    other: int
+
+    @classmethod
+    def of(cls, graph: Graph) -> LayerCounts:
+        nodes = graph.nodes()
+        quantized = sum(1 for n in nodes if n.quant.is_quantized)
+        kept = len(float_layers(graph))
+        return cls(len(nodes), quantized, kept, len(nodes) - quantized - kept)
+
+
+def model_memory(graph: Graph, quantized: bool) -> NodeMemory:
+    """A model's weights and activation (one sample) bytes: every report's memory figure."""
+    return total(graph_memory(graph, quantized))
+
+
 @dataclass
 class MemorySummary:
-    """Total bytes of weights and of activations (one sample), float and quantized."""
+    """Total bytes of weights and of activations (one sample): the float model as given
+    (before batch norms are folded) and the quantized model."""
 
     weights_float_bytes: float
     weights_quantized_bytes: float
@@ -96,8 +160,10 @@ class MemorySummary:
     activation_quantized_bytes: float
 
     @classmethod
-    def of(cls, graph: Graph) -> MemorySummary:
-        before, after = total(graph_memory(graph, False)), total(graph_memory(graph, True))
+    def of(cls, graph: Graph, float_graph: Graph | None = None) -> MemorySummary:
+        """``graph`` quantized against ``float_graph``, the model as given (default: ``graph`` in float)."""
+        before = model_memory(graph if float_graph is None else float_graph, False)
+        after = model_memory(graph, True)
         return cls(before.weights_bytes, after.weights_bytes, before.activation_bytes, after.activation_bytes)
 
 
@@ -109,7 +175,9 @@ class QuantizationInfo:
         framework: ``"pytorch"`` or ``"keras"``.
         model_name: the model's name in the call folder (PyTorch: its class; Keras: its name).
         layers: every layer of the quantized graph, by name.
-        float_layers: layers whose output stays float, with the reason.
+        float_layers: layers the quantized model runs in float, with the reason (see
+            `core.info.float_layers`: a conv fused with its activation is not one).
+        counts: how many layers are quantized, kept in float, or have nothing to quantize.
         unsupported_layers: layers of types the library does not know (kept float).
         memory: weight and activation memory before and after quantization.
         log_folder: this call's call folder, or None when logging is off.
@@ -127,6 +195,7 @@ class QuantizationInfo:
     float_layers: dict[str, str]
     unsupported_layers: list[str]
     memory: MemorySummary
+    counts: LayerCounts | None = None
     log_folder: Path | None = None
     warnings: list[str] = field(default_factory=list)
     similarity: SimilarityReport | None = None
@@ -135,19 +204,24 @@ class QuantizationInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, graph: Graph, model_name: str, warnings: list[str], log_folder: Path | None = None) -> QuantizationInfo:
+    def of(
+        cls,
+        graph: Graph,
+        model_name: str,
+        warnings: list[str],
+        log_folder: Path | None = None,
+        float_graph: Graph | None = None,
+    ) -> QuantizationInfo:
+        """What quantizing to ``graph`` decided; ``float_graph``: the model as given."""
         nodes = graph.nodes()
         return cls(
             framework=graph.framework,
             model_name=model_name,
             layers={n.name: LayerInfo.from_node(n) for n in nodes},
-            float_layers={
-                n.name: n.quant.activation_float_reason
-                for n in nodes
-                if n.quant.activation is None and n.quant.activation_float_reason
-            },
+            float_layers=float_layers(graph),
             unsupported_layers=[n.name for n in nodes if n.kind == OpKind.UNKNOWN],
-            memory=MemorySummary.of(graph),
+            memory=MemorySummary.of(graph, float_graph),
+            counts=LayerCounts.of(graph),
             log_folder=log_folder,
             warnings=list(warnings),
         )

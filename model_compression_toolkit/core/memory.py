@@ -34,7 +34,7 @@ def node_memory(node: Node, activation_bits: int = FLOAT_BITS, quantized: bool =
     return NodeMemory(weights_bytes=weights_bits / 8, activation_bytes=elements * activation_bits / 8)
 
 
-def _activation_bits(graph: Graph) -> dict[str, int]:
+def activation_bits(graph: Graph) -> dict[str, int]:
     """Bits each node's output is stored with once quantized.
 
     A layer fused with the activation after it (``conv -> relu``) and an op that only
@@ -58,13 +58,14 @@ def _activation_bits(graph: Graph) -> dict[str, int]:
 
 def graph_memory(graph: Graph, quantized: bool) -> dict[str, NodeMemory]:
     """Bytes per node, at the quantized bit-widths when ``quantized``, else float32."""
-    bits = _activation_bits(graph) if quantized else {}
+    bits = activation_bits(graph) if quantized else {}
     return {
         node.name: node_memory(node, bits.get(node.name, FLOAT_BITS), quantized) for node in graph.nodes()
     }
 
 
 def total(memory: dict[str, NodeMemory]) -> NodeMemory:
+    """The sum over nodes: a model's weights and activation (one sample) memory."""
     return NodeMemory(
         weights_bytes=sum(m.weights_bytes for m in memory.values()),
         activation_bytes=sum(m.activation_bytes for m in memory.values()),

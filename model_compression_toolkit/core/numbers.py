@@ -3,6 +3,7 @@
 Every report the library writes (the similarity report, the mixed-precision choice,
 `QuantizationInfo.to_dict`, the TensorBoard tables) holds no NaN or inf: a number that is
 not finite is left out, and this module is the one place that decides what that means.
+It also writes sizes the one way every report shows them (`format_bytes`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ def finite_or_none(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
+
+
+def format_bytes(n: float) -> str:
+    """Bytes as every report writes them: ``812 B``, ``56.4 KiB``, ``3.2 MiB``, ``1.1 GiB``."""
+    for unit in ("B", "KiB", "MiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
 
 
 def json_safe(value: Any) -> Any:

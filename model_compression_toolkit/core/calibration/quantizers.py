@@ -85,6 +85,18 @@ def fake_quant(x: np.ndarray, grid: QuantGrid, axes: tuple[int, ...] = ()) -> np
 _BLOCK_VALUES = 1 << 16
 
 
+def histogram_through_grid(counts: np.ndarray, edges: np.ndarray, grid: QuantGrid) -> np.ndarray:
+    """The histogram ``counts`` over ``edges`` after a per-tensor ``grid``: each bin's
+    count moved, whole, to the bin of its centre's quantized value (values beyond the
+    edges count in the end bins). The total is unchanged; a bin a rounding boundary
+    cuts goes whole to one side, so the picture is exact to a bin."""
+    edges = np.asarray(edges, dtype=np.float64)
+    centres = (edges[:-1] + edges[1:]) / 2
+    moved = fake_quant(centres, QuantGrid(np.max(grid.scale), np.max(grid.zero_point), grid.qmin, grid.qmax))
+    index = np.clip(np.searchsorted(edges, moved, side="right") - 1, 0, centres.size - 1)
+    return np.bincount(index, weights=np.asarray(counts, dtype=np.float64), minlength=centres.size).astype(np.int64)
+
+
 def _rows(param: np.ndarray, block: slice) -> np.ndarray:
     """The rows of a broadcast parameter that go with ``block`` of the tensor's first axis."""
     return param[block] if np.ndim(param) and np.shape(param)[0] > 1 else param

@@ -46,6 +46,32 @@ class NodeStatistics:
 
 
 _CHUNK = 1 << 16  # values per histogram step: the float64 buffers stay in cache
+OUTLIER_RANGE_RATIO = 10.0  # a channel whose range is over this many median ranges is an outlier
+
+
+def range_spread(low: np.ndarray, high: np.ndarray) -> float | None:
+    """The largest channel range (max - min) over the median channel range; None when the
+    median channel has no range. An outlier channel shows as a spread of hundreds."""
+    ranges = np.asarray(high, dtype=np.float64) - np.asarray(low, dtype=np.float64)
+    ranges = ranges[np.isfinite(ranges)]
+    if ranges.size == 0:
+        return None
+    median = float(np.median(ranges))
+    return float(ranges.max() / median) if median > 0 and math.isfinite(median) else None
+
+
+def outlier_channels(low: np.ndarray, high: np.ndarray, ratio: float = OUTLIER_RANGE_RATIO) -> np.ndarray:
+    """Indices of the channels whose range is over ``ratio`` times the median channel's,
+    widest first: on a per-tensor grid each takes the levels the other channels need."""
+    ranges = np.asarray(high, dtype=np.float64) - np.asarray(low, dtype=np.float64)
+    finite = np.isfinite(ranges)
+    if not finite.any():
+        return np.zeros(0, dtype=np.int64)
+    median = float(np.median(ranges[finite]))
+    if not median > 0:
+        return np.zeros(0, dtype=np.int64)
+    wide = np.flatnonzero(finite & (ranges > ratio * median))
+    return wide[np.argsort(-ranges[wide], kind="stable")]
 
 
 class StatisticsCollector:

@@ -6,7 +6,7 @@ local models on the same samples, chunk by chunk, metrics as the outputs arrive.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,12 @@ from model_compression_toolkit.core.similarity.metrics import MetricSums, Sample
 from model_compression_toolkit.core.similarity.plan import LOCAL_SUFFIX, ComparePoint, Comparison, local_group
 from model_compression_toolkit.core.similarity.reference import FloatModel, float_chunks
 from model_compression_toolkit.core.similarity.report import LayerSimilarity, SimilarityReport, error_class
+
+ProgressCallback = Callable[[str, int, "int | None", str], None]  # (step, done, total, unit)
+
+
+def _no_progress(step: str, done: int, total: int | None, unit: str) -> None:
+    pass
 
 
 @dataclass
@@ -232,6 +238,7 @@ def analyze(
     q_model: Any = None,
     impact_samples: int = 8,
     max_impact_quantizers: int = 12,
+    progress: ProgressCallback | None = None,
 ) -> SimilarityResult:
     """Compare the float model (its graph before preparation) with the quantized one, and
     find the quantizers that damage the output on their own (`core.similarity.causes`).
@@ -250,7 +257,10 @@ def analyze(
         impact_samples: the first samples each quantizer's output impact is measured on.
         max_impact_quantizers: how many quantizers at most get their impact measured
             (all of them when the model has no more).
+        progress: called as ``progress(step, done, total, unit)`` as the comparison goes
+            (``similarity``: samples) and as impacts are measured (``output impact``).
     """
+    progress = progress or _no_progress
     backend, reference = float_model.backend, float_model.reference
     plan = Comparison.of(float_model.graph, q_graph)
     points, local = plan.points, plan.local
@@ -291,13 +301,14 @@ def analyze(
         seen += len(chunk[0])
         q_tap.float_outputs = local_tap.float_outputs = {}
         del f_out
+        progress("similarity", seen, samples, "samples")
     layers = [acc.result(q_graph.node(acc.point.name).layer_type) for acc in accumulators]
     entries = [e for acc in accumulators if (e := acc.entry(q_graph.node(acc.point.name).layer_type)) is not None]
     entries += weight_entries(q_graph, weights)
     inputs = [np.concatenate(parts) for parts in zip(*kept)] if kept else []
     probe = ImpactProbe(backend, q_graph, inputs) if entries and inputs else None
     if probe is not None:
-        measure_impacts(probe, entries, max_impact_quantizers)
+        measure_impacts(probe, entries, max_impact_quantizers, progress)
     fix = suggest_fix(entries, q_graph, probe)
     _set_roles(layers, entries, q_graph)
     histograms = {

@@ -27,7 +27,7 @@ amplify its noise a hundredfold, and the report says it was not measured.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -204,15 +204,19 @@ class ImpactProbe:
         return output_sqnr_db(self.reference, outputs)
 
 
-def measure_impacts(probe: ImpactProbe, entries: list[QuantizerEntry], limit: int) -> None:
+def measure_impacts(
+    probe: ImpactProbe, entries: list[QuantizerEntry], limit: int, progress: Callable[..., None] | None = None
+) -> None:
     """Set ``output_sqnr_db`` of the entries that could matter (all of them when there are
     at most ``limit``; else the ``limit`` candidates with the worst own error), then rank
-    every entry and flag the causes."""
+    every entry and flag the causes. ``progress(step, done, total, unit)`` after each one."""
     chosen = entries if len(entries) <= limit else sorted(
         (e for e in entries if e.is_candidate), key=lambda e: (e.own_db, -(e.zero_rounded_percent or 0.0))
     )[:limit]
-    for entry in chosen:
+    for i, entry in enumerate(chosen, start=1):
         entry.output_sqnr_db = probe.output_sqnr_db(isolate(probe.graph, entry))
+        if progress is not None:
+            progress("output impact", i, len(chosen), "quantizers")
     for entry in entries:
         entry.cause = entry.damages_output()
     ordered = sorted(entries, key=_worst_first)

@@ -16,11 +16,11 @@ grid rounds every other channel to zero. Measured per channel instead:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from model_compression_toolkit.core.calibration.statistics import range_spread
 from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB
 
 HIGH_ERROR_DB = 15.0  # a channel under this SQNR is a high-error channel (the report's bound)
@@ -114,9 +114,7 @@ class ChannelSums:
     def result(self) -> ChannelMeasures:
         if self.signal is None:
             return ChannelMeasures(SQNR_CEILING_DB, np.zeros(0), None, None)
-        ranges = (self.high - self.low).astype(np.float64)
-        median = float(np.median(ranges))
-        spread = float(ranges.max() / median) if median > 0 and math.isfinite(median) else None
+        spread = range_spread(self.low, self.high)
         zero_rounded = self.zeroed / self.nonzero if self.nonzero else None
         whole = float(sqnr_db(np.array([self.signal.sum()]), np.array([self.noise.sum()]))[0])
         return ChannelMeasures(whole, sqnr_db(self.signal, self.noise), zero_rounded, spread)

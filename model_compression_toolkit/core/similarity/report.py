@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from model_compression_toolkit.core.numbers import json_safe
-from model_compression_toolkit.core.similarity.causes import CAUSE_DB, QuantizerEntry
+from model_compression_toolkit.core.similarity.causes import CANDIDATE_DB, CAUSE_DB, QuantizerEntry
 from model_compression_toolkit.core.similarity.fix import SuggestedFix
 from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB
 
@@ -101,7 +101,26 @@ class LayerSimilarity:
 
     @property
     def error_class(self) -> str:
+        """The class of its own error on its own output (local SQNR, accumulated where none)."""
         return error_class(self.ranking_sqnr_db)
+
+    @property
+    def accumulated_class(self) -> str:
+        """The class of the accumulated error here: the quantized model against the float one."""
+        return error_class(self.sqnr_db)
+
+    @property
+    def damage_class(self) -> str:
+        """How much this layer's own quantizers damage the *model output*, the error the
+        graph is coloured by: ``"high"`` for a cause (`role` ``"cause"``: output SQNR with
+        them alone under `CAUSE_DB`), ``"medium"`` under `CANDIDATE_DB`, else ``"low"``
+        (their own error was too small to be worth measuring at the output). Where no
+        impact was measured at all, the class of the layer's own error (`error_class`)."""
+        if self.role == "cause":
+            return "high"
+        if self.output_sqnr_db is None:
+            return self.error_class
+        return "medium" if self.output_sqnr_db < CANDIDATE_DB else "low"
 
 
 def _worst_first(layer: LayerSimilarity) -> tuple:
@@ -145,6 +164,14 @@ class SimilarityReport:
         """The smallest change that removes the causes: `KeepFloat` rules that
         ``CoreConfig(keep_float=...)`` takes, with their memory cost (empty if no cause)."""
         return self.fix
+
+    def drop_start(self) -> LayerSimilarity | None:
+        """The first compare point, in topological order, whose accumulated error is not
+        low (SQNR under 30 dB): where the quantized model starts to drift from the float one."""
+        for layer in sorted(self.layers, key=lambda layer: layer.position):
+            if layer.accumulated_class != "low":
+                return layer
+        return None
 
     def layer(self, name: str) -> LayerSimilarity:
         """The compare point named ``name``."""
