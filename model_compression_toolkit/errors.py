@@ -1,6 +1,29 @@
-"""Typed errors. Every message says what was expected, what was got, and what to do."""
+"""Typed errors. Every message says what was expected, what was got, and what to do.
+
+`warn_user` issues the library's warnings at the user's own line.
+"""
 
 from __future__ import annotations
+
+import sys
+import warnings
+
+_PACKAGE = __name__.rpartition(".")[0]
+_PASS_THROUGH = ("contextlib",)  # frames between the user's ``with`` and our context managers
+
+
+def _ours(frame) -> bool:
+    name = frame.f_globals.get("__name__", "")
+    return name == _PACKAGE or name.startswith(_PACKAGE + ".") or name in _PASS_THROUGH
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn at the line of the user's code that called into this library (not at ours),
+    so the warning names the user's call and Python's filters show it once there."""
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and _ours(frame):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 class MCTError(Exception):

@@ -54,6 +54,10 @@ class Recorder:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, object]] = []
+        self.progress_events: list = []
+
+    def progress(self, progress) -> None:
+        self.progress_events.append(progress)
 
     def stage_finished(self, report) -> None:
         self.calls.append(("stage", report))
@@ -177,6 +181,22 @@ def test_tuning_that_misses_the_drop_returns_the_best_trial_with_the_fewest_floa
                         config=TuningConfig(max_drop=0.1, max_trials=2))  # fmt: skip
     assert [t.trial.n for t in observer.of("trial")] == [1, 2] and observer.of("tuning") == [result]
     assert not result.target_met and result.best_trial == 1 and best.graph is observer.of("trial")[0].graph
+
+
+# ------------------------------------------------------------------------ progress
+def test_progress_covers_statistics_thresholds_analysis_and_trials_with_totals_where_known():
+    s, observer = session(DebugConfig(analyze_similarity=True)), Recorder()
+    tune(s, observer, config=TuningConfig(max_drop=0.1, max_trials=3))
+    steps = list(dict.fromkeys(p.step for p in observer.progress_events))
+    assert steps[:4] == ["statistics", "thresholds", "similarity", "output impact"] and steps[-1] == "tuning"
+    last = {}
+    for p in observer.progress_events:
+        assert p.total is None or 0 < p.done <= p.total, p
+        last[p.step] = p
+    assert last["statistics"].done == len(BATCHES) and last["statistics"].unit == "batches"
+    assert last["thresholds"].done == last["thresholds"].total > 0 and last["thresholds"].unit == "layers"
+    assert last["similarity"].total == s.config.debug_config.similarity_samples
+    assert last["tuning"].total == 3 and last["tuning"].unit == "trials"
 
 
 # ------------------------------------------------------------------------ nobody listening

@@ -1,11 +1,13 @@
 """What the pipeline tells its observer, and the observer it tells.
 
-    pipeline --stage_finished(StageReport)---> observer   after each stage of a PTQ call
+    pipeline --progress(Progress)-----------> observer   as a long step advances
+             --stage_finished(StageReport)-->             after each stage of a PTQ call
              --trial_finished(TrialReport)-->             after each tuning trial is evaluated
              --tuning_finished(TuningResult)->            when tuning has chosen its trial
 
-The pipeline calls these and never asks who listens or whether logging is on: with no log
-folder the observer is a `NullObserver`. An observer only reads what it is given.
+The pipeline calls these and never asks who listens, whether logging is on or whether
+anyone shows progress: with no log folder the observer shows progress only (see
+`observers.call`), and a `NullObserver` hears nothing. An observer only reads what it is given.
 """
 
 from __future__ import annotations
@@ -30,6 +32,20 @@ STAGES = (
     "thresholds_selection",
     "quantized_graph",
 )
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far one step of a call has got: ``done`` of ``total`` (None: not known) ``unit``.
+
+    Steps: ``statistics`` (batches), ``thresholds`` (layers), ``similarity`` (samples),
+    ``output impact`` (quantizers), ``tuning`` (trials).
+    """
+
+    step: str
+    done: int
+    total: int | None = None
+    unit: str = ""
 
 
 @dataclass
@@ -78,7 +94,10 @@ class TrialReport:
 
 
 class Observer(Protocol):
-    """Whoever listens to a PTQ call: the log folder's TensorBoard observer, or nobody."""
+    """Whoever listens to a PTQ call: the log folder's TensorBoard observer, the console's
+    progress display, or nobody."""
+
+    def progress(self, progress: Progress) -> None: ...
 
     def stage_finished(self, report: StageReport) -> None: ...
 
@@ -88,7 +107,10 @@ class Observer(Protocol):
 
 
 class NullObserver:
-    """The observer of a call with no log folder: hears everything, does nothing."""
+    """An observer that hears everything and does nothing."""
+
+    def progress(self, progress: Progress) -> None:
+        pass
 
     def stage_finished(self, report: StageReport) -> None:
         pass
@@ -98,3 +120,26 @@ class NullObserver:
 
     def tuning_finished(self, result: TuningResult) -> None:
         pass
+
+
+class Fanout:
+    """Tells every one of ``observers`` each event, in order."""
+
+    def __init__(self, *observers: Observer) -> None:
+        self.observers = observers
+
+    def progress(self, progress: Progress) -> None:
+        for observer in self.observers:
+            observer.progress(progress)
+
+    def stage_finished(self, report: StageReport) -> None:
+        for observer in self.observers:
+            observer.stage_finished(report)
+
+    def trial_finished(self, report: TrialReport) -> None:
+        for observer in self.observers:
+            observer.trial_finished(report)
+
+    def tuning_finished(self, result: TuningResult) -> None:
+        for observer in self.observers:
+            observer.tuning_finished(result)

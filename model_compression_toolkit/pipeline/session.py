@@ -3,20 +3,19 @@
 ``model -> read -> prepare -> statistics (one pass) -> thresholds -> build``
 
 A `Session` is what the staged PTQ call (`pipeline.stages`) and the tuning loop
-(`pipeline.tuning`) both quantize with; it reports nothing itself.
+(`pipeline.tuning`) both quantize with; it reports only its progress, to the observer it
+is given (`report_to`).
 """
 
 from __future__ import annotations
 
 import logging
-import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from model_compression_toolkit.core.backend import Backend
 from model_compression_toolkit.core.calibration.bias_correction import (
@@ -37,7 +36,8 @@ from model_compression_toolkit.core.selection import check_rules
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult, analyze
 from model_compression_toolkit.core.similarity.plan import Comparison
 from model_compression_toolkit.core.similarity.reference import FloatModel, FloatReference, has_batch_axis
-from model_compression_toolkit.errors import InputMismatchError
+from model_compression_toolkit.errors import InputMismatchError, warn_user
+from model_compression_toolkit.pipeline.events import NullObserver, Observer, Progress
 
 LOG = logging.getLogger("model_compression_toolkit")
 _PRODUCED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # quantized model -> its graph
@@ -59,12 +59,18 @@ def produced_graph(q_model: Any) -> Graph | None:
         return None
 
 
-def select_thresholds(graph: Graph, stats: dict[str, NodeStatistics], l_p_value: float) -> None:
-    for node in graph.nodes():
+def select_thresholds(
+    graph: Graph, stats: dict[str, NodeStatistics], l_p_value: float, observer: Observer | None = None
+) -> None:
+    """Choose every quantizer's range; ``observer`` hears the progress, layer by layer."""
+    nodes = [n for n in graph.nodes() if n.quant.weights or n.quant.activation is not None]
+    for done, node in enumerate(nodes, start=1):
         for wname, cfg in node.quant.weights.items():
             fill_weights_config(cfg, node.weights[wname], l_p_value)
         if node.quant.activation is not None:
             fill_activation_config(node.quant.activation, stats[node.name], l_p_value)
+        if observer is not None:
+            observer.progress(Progress("thresholds", done, len(nodes), "layers"))
 
 
 def _after(value: np.ndarray, kept: int, batch: int) -> np.ndarray:
@@ -117,6 +123,7 @@ class Session:
         self._stats: dict[str, NodeStatistics] | None = None
         self._reference: FloatReference | None = None
         self._prepared: Graph | None = None
+        self.observer: Observer = NullObserver()
         # Samples whose float outputs the statistics pass keeps for later comparisons, on
         # top of what a staged call compares itself (the tuning loop compares every trial).
         self.reference_samples = 0
@@ -126,10 +133,18 @@ class Session:
             check_budget(graph, target, config.mixed_precision_config.candidate_bits, biases)
 
     def warn(self, message: str, category: type[Warning] = UserWarning) -> None:
-        """Warn the user, log it, and keep it for ``info.warnings``."""
-        warnings.warn(message, category, stacklevel=3)
+        """Warn the user (at their own line), log it, and keep it for ``info.warnings``."""
+        warn_user(message, category)
         LOG.warning(message)
         self.warnings.append(message)
+
+    def report_to(self, observer: Observer) -> None:
+        """Tell ``observer`` how far the long steps have got (statistics, thresholds, analysis)."""
+        self.observer = observer
+
+    def progress(self, step: str, done: int, total: int | None, unit: str) -> None:
+        """Tell the observer that ``done`` of ``total`` ``unit`` of ``step`` are done."""
+        self.observer.progress(Progress(step, done, total, unit))
 
     # -------------------------------------------------------------- the pieces
     def prepare(self, keep_float: Sequence[KeepFloat] | None = None) -> Graph:
@@ -193,8 +208,8 @@ class Session:
         if recorder is not None and not recorder.keep:  # the comparison runs it again
             recorder.model = model
         n_outputs = len(source.outputs)
-        batches = tqdm(self.data.batches(), desc="Collecting statistics", unit="batch", leave=False)
-        for index, batch in enumerate(batches):
+        total = getattr(self.data, "total", None)  # when the data says how many batches it holds
+        for index, batch in enumerate(self.data.batches()):
             try:
                 values = dict(zip(outputs, self.backend.forward(model, batch)[n_outputs:]))
             except (RuntimeError, ValueError, TypeError) as err:  # the first batch ran: this one is bad
@@ -214,6 +229,7 @@ class Session:
                         for n, c in collectors.items()
                     }
             del values
+            self.progress("statistics", index + 1, total, "batches")
         stats = {n: c.result() for n, c in collectors.items()}
         if recorder is not None and recorder.histograms is None:  # the data held fewer samples
             recorder.histograms = {n: (s.counts, s.edges) for n, s in stats.items()}
@@ -231,7 +247,7 @@ class Session:
         input means its quantized bias is corrected with."""
         qc = self.config.quantization_config
         stats = self.statistics(graph)
-        select_thresholds(graph, stats, qc.l_p_value)
+        select_thresholds(graph, stats, qc.l_p_value, self.observer)
         if qc.weights_bias_correction:
             corrected = set_input_means(graph, stats)
             LOG.debug("bias correction on %d layers: %s", len(corrected), ", ".join(corrected))
@@ -249,6 +265,7 @@ class Session:
         return analyze(
             self.float_model, graph, debug.similarity_samples, debug.similarity_memory_cap,
             self.statistics(graph), weights, q_model, debug.impact_samples, debug.max_impact_quantizers,
+            self.progress,
         )  # fmt: skip
 
     def quantize(self, keep_float: Sequence[KeepFloat] | None = None, similarity: bool = False) -> Quantization:
@@ -262,4 +279,4 @@ class Session:
 
     def info(self, graph: Graph) -> QuantizationInfo:
         """What quantizing to ``graph`` decided, with the warnings shown so far."""
-        return QuantizationInfo.of(graph, self.model_name, self.warnings)
+        return QuantizationInfo.of(graph, self.model_name, self.warnings, float_graph=self.initial)

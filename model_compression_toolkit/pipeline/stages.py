@@ -43,6 +43,7 @@ def quantize_in_stages(session: Session, observer: Observer) -> tuple[Quantizati
         The quantization (its similarity when ``analyze_similarity`` is on) and its info.
     """
     config = session.config
+    session.report_to(observer)
     _report(observer, "initial_graph", session.initial)
     graph = session.prepare()
     _report(observer, "after_graph_preparation", graph)
@@ -76,9 +77,11 @@ def compare_in_stage(session: Session, q_graph: Graph, observer: Observer) -> Si
     """Compare a quantized graph this library produced with the session's float model, and
     report it as the ``quantized_graph`` stage with its similarity."""
     debug = session.config.debug_config
+    session.report_to(observer)
     result = analyze(
         session.float_model, q_graph, debug.similarity_samples, debug.similarity_memory_cap,
         impact_samples=debug.impact_samples, max_impact_quantizers=debug.max_impact_quantizers,
+        progress=session.progress,
     )  # fmt: skip
     _report(observer, "quantized_graph", q_graph, quantized=True, similarity=result)
     LOG.info(result.report.summary())

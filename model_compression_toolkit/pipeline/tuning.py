@@ -18,10 +18,11 @@ from typing import Any
 
 from model_compression_toolkit.core.config import KeepFloat, TuningConfig, keep_float_rules
 from model_compression_toolkit.core.graph import Graph
+from model_compression_toolkit.core.info import model_memory
 from model_compression_toolkit.core.memory import graph_memory, total
 from model_compression_toolkit.core.tuning import TuningResult, TuningTrial, next_quantizers, rank, run_name
 from model_compression_toolkit.errors import ConfigurationError
-from model_compression_toolkit.pipeline.events import Observer, TrialReport
+from model_compression_toolkit.pipeline.events import Observer, Progress, TrialReport
 from model_compression_toolkit.pipeline.session import Quantization
 
 LOG = logging.getLogger("model_compression_toolkit")
@@ -97,6 +98,7 @@ class Tuner:
         self.observer.trial_finished(
             TrialReport(rec, trial.graph, memory, trial.similarity, self.float_graph, self.baseline)
         )
+        self.observer.progress(Progress("tuning", n, self.config.max_trials, "trials"))
         return rec
 
     def tune(self, first: Quantization) -> tuple[Quantization, TuningResult]:
@@ -120,7 +122,7 @@ class Tuner:
         best, trial = self.best
         result = TuningResult(
             baseline_score=self.baseline,
-            baseline_weights_bytes=total(graph_memory(self.float_graph, quantized=False)).weights_bytes,
+            baseline_weights_bytes=model_memory(self.float_graph, quantized=False).weights_bytes,
             max_drop=float(self.config.max_drop),
             relative=self.config.relative,
             target_met=self.met(best.drop),

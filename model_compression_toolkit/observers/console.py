@@ -1,0 +1,75 @@
+"""A call's progress on the console: one display per call, from its first step to its last.
+
+    Sequential: statistics   5 batches
+    Sequential: thresholds   100%|██████████| 9/9 layers
+    Sequential: similarity   100%|██████████| 20/20 samples     (one line, redrawn in place)
+    Sequential: done in 3.2 s; to see this call: tensorboard --logdir /tmp/mct_logs/Sequential_...
+
+The pipeline reports `Progress` events; this observer is the only one that draws them
+(with tqdm, on stderr). A step with a known total shows a bar, the others a count.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from tqdm.auto import tqdm
+
+from model_compression_toolkit.core.tuning import TuningResult
+from model_compression_toolkit.pipeline.events import Progress, StageReport, TrialReport
+
+
+class ConsoleProgress:
+    """The progress display of one call named ``name`` (the model's name).
+
+    Args:
+        name: what the display is about (the model's name).
+        stream: where it is drawn (default: stderr).
+    """
+
+    def __init__(self, name: str, stream: IO[str] | None = None) -> None:
+        self.name = name
+        self.stream = stream
+        self.start = time.perf_counter()
+        self._bar: tqdm | None = None
+        self._step: str | None = None
+
+    def progress(self, progress: Progress) -> None:
+        unit = f" {progress.unit}" if progress.unit else "it"
+        if self._bar is None:
+            self._step = progress.step
+            self._bar = tqdm(total=progress.total, desc=self._desc(progress), unit=unit, file=self.stream or sys.stderr,
+                             leave=True, dynamic_ncols=True, mininterval=0.2)  # fmt: skip
+        bar = self._bar
+        if progress.step != self._step:
+            self._step = progress.step
+            bar.unit = unit
+            bar.set_description_str(self._desc(progress), refresh=False)
+            bar.reset(total=progress.total)
+        bar.update(progress.done - bar.n)
+
+    def _desc(self, progress: Progress) -> str:
+        return f"{self.name}: {progress.step}"
+
+    def stage_finished(self, report: StageReport) -> None:
+        pass
+
+    def trial_finished(self, report: TrialReport) -> None:
+        pass
+
+    def tuning_finished(self, result: TuningResult) -> None:
+        pass
+
+    def close(self, folder: Path | None = None, failed: bool = False) -> None:
+        """End the display with one line: how long the call took and how to see its logs."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        elapsed = time.perf_counter() - self.start
+        line = f"{self.name}: {'failed after' if failed else 'done in'} {elapsed:.1f} s"
+        if folder is not None:
+            line += f"; to see this call: tensorboard --logdir {folder}"
+        print(line, file=self.stream or sys.stderr, flush=True)
