@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tensorboard.backend.event_processing import event_accumulator as ea
@@ -22,7 +23,17 @@ def resources(acc: ea.EventAccumulator) -> dict[str, int]:
     """Bytes per node from the stage's `Resources` run metadata."""
     meta = acc.RunMetadata("Resources")
     return {
-        ns.node_name: max(m.total_bytes for m in ns.memory)
+        layer_name(ns.node_name): max(m.total_bytes for m in ns.memory)
         for dev in meta.step_stats.dev_stats
         for ns in dev.node_stats
     }
+
+
+def layer_name(node_name: str) -> str:
+    """The layer a TensorBoard node stands for: ``[5]`` is layer ``5`` (`protos.graph_node_names`)."""
+    return "/".join(re.sub(r"^\[(\d+)\]$", r"\1", part) for part in node_name.split("/"))
+
+
+def layer_names(acc: ea.EventAccumulator) -> set[str]:
+    """The layers of a stage's graph (the colour legend's nodes left out)."""
+    return {layer_name(n.name) for n in acc.Graph().node if n.op != "legend"}

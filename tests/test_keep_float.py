@@ -7,8 +7,10 @@ import re
 import pytest
 
 import model_compression_toolkit as mct
+from model_compression_toolkit.core.preparation import KEPT_FLOAT
 from model_compression_toolkit.errors import ConfigurationError, LayerSelectionError
-from tests.tb import load, resources, run_folders
+from model_compression_toolkit.observers.stage_view import stage_run
+from tests.tb import layer_name, load, resources, run_folders
 from tutorials.digits import accuracy, representative_dataset
 
 
@@ -36,10 +38,13 @@ def test_by_name_keeps_weights_and_output_float_everywhere(fw, trained_digits, c
     assert layer.weights == {} and "KeepFloat" in layer.weights_float_reason
     assert all(info.layers[c].weights for c in conv_names if c != second)
     (run,) = run_folders(tmp_path)
-    graph = {n.name: n for n in load(run / "quantized_graph").Graph().node}
-    assert "weights.kernel.n_bits" not in graph[second].attr and "weights.kernel.n_bits" in graph[conv_names[0]].attr
-    memory = resources(load(run / "quantized_graph"))
-    kernel_elements = graph[second].attr["weights.kernel.shape"].list.i
+    graph = {layer_name(n.name): n for n in load(run / stage_run("quantized_graph")).Graph().node}
+    bits = "quantization.weights.kernel.n_bits"
+    assert bits not in graph[second].attr and bits in graph[conv_names[0]].attr
+    assert graph[second].attr["quantization.bits"].s == b"W float"
+    assert graph[second].attr["quantization.weights.float_reason"].s == KEPT_FLOAT.encode()
+    memory = resources(load(run / stage_run("quantized_graph")))
+    kernel_elements = graph[second].attr["layer.weights.kernel.shape"].list.i
     assert memory[second] >= 4 * int(__import__("numpy").prod(kernel_elements))  # float32 weights
 
 

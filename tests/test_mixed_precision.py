@@ -13,6 +13,7 @@ import model_compression_toolkit as mct
 from model_compression_toolkit.core.mixed_precision.knapsack import solve_knapsack
 from model_compression_toolkit.core.mixed_precision.result import JSON_FILE
 from model_compression_toolkit.errors import ResourceBudgetError
+from model_compression_toolkit.observers.stage_view import stage_run
 from tests.tb import load, resources, run_folders
 from tutorials.digits import accuracy, representative_dataset
 
@@ -70,8 +71,8 @@ def test_logged_run_shows_the_chosen_bits(runs):
     assert (mixed_run / JSON_FILE).is_file()
     written = json.loads((mixed_run / JSON_FILE).read_text())
     assert written["weights_memory_bytes"] <= runs["budget"]
-    plain_bytes = sum(resources(load(plain_run / "quantized_graph")).values())
-    mixed_acc = load(mixed_run / "quantized_graph")
+    plain_bytes = sum(resources(load(plain_run / stage_run("quantized_graph"))).values())
+    mixed_acc = load(mixed_run / stage_run("quantized_graph"))
     assert sum(resources(mixed_acc).values()) < plain_bytes
     assert "Weights final bit-width config" in mixed_acc.Tags()["images"]
 

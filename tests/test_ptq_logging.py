@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
+from model_compression_toolkit.observers.stage_view import stage_run
 from model_compression_toolkit.pipeline.events import STAGES
-from tests.tb import load, resources, run_folders
+from tests.tb import layer_name, layer_names, load, resources, run_folders
 from tutorials.digits import representative_dataset
 
 N_BATCHES, BATCH = 5, 32
@@ -31,7 +32,7 @@ def test_every_stage_is_a_run_with_a_graph_and_real_wall_times(logged_run):
     (run,) = run_folders(logs)
     assert info.log_folder == run
     for stage in STAGES:
-        acc = load(run / stage)
+        acc = load(run / stage_run(stage))
         assert acc.Tags()["graph"], stage
         graph = acc.Graph()
         assert len(graph.node) > 5
@@ -43,14 +44,14 @@ def test_every_stage_is_a_run_with_a_graph_and_real_wall_times(logged_run):
 def test_graph_nodes_are_the_models_layers(fw, logged_run, trained_digits):
     info, _, logs = logged_run
     (run,) = run_folders(logs)
-    names = {n.name for n in load(run / "initial_graph").Graph().node}
+    names = layer_names(load(run / stage_run("initial_graph")))
     model = trained_digits[0]
     if fw.name == "pytorch":
         expected = {name for name, m in model.named_modules() if not list(m.children())}
     else:
         expected = {layer.name for layer in model.layers}
     assert expected <= names
-    prepared = {n.name for n in load(run / "after_graph_preparation").Graph().node}
+    prepared = layer_names(load(run / stage_run("after_graph_preparation")))
     assert len(prepared) == len(names) - 3  # the three batch norms are folded away
     assert set(info.layers) == prepared
 
@@ -58,37 +59,40 @@ def test_graph_nodes_are_the_models_layers(fw, logged_run, trained_digits):
 def test_resources_memory_is_positive_and_drops_when_quantized(logged_run):
     _, _, logs = logged_run
     (run,) = run_folders(logs)
-    before = resources(load(run / "initial_graph"))
-    after = resources(load(run / "quantized_graph"))
+    before = resources(load(run / stage_run("initial_graph")))
+    after = resources(load(run / stage_run("quantized_graph")))
     assert before and all(v > 0 for v in before.values())
     assert all(v > 0 for v in after.values())
-    assert sum(after.values()) < 0.4 * sum(resources(load(run / "after_graph_preparation")).values())
+    assert sum(after.values()) < 0.4 * sum(resources(load(run / stage_run("after_graph_preparation"))).values())
 
 
 def test_histogram_counts_equal_the_values_collected(logged_run):
     _, _, logs = logged_run
     (run,) = run_folders(logs)
-    acc = load(run / "after_statistics_collection")
+    acc = load(run / stage_run("thresholds_selection"))
     shapes = {
-        n.name: [d.size for d in n.attr["_output_shapes"].list.shape[0].dim]
+        layer_name(n.name): [d.size for d in n.attr["_output_shapes"].list.shape[0].dim]
         for n in acc.Graph().node
+        if n.op != "legend"
     }
     tags = acc.Tags()["histograms"]
     assert tags
     for tag in tags:
-        (event,) = acc.Histograms(tag)
-        h = event.histogram_value
+        events = acc.Histograms(tag)
+        assert [e.step for e in events] == [0, 1]  # float, then through the layer's grid
         per_sample = int(np.prod(shapes[tag][1:]))
-        assert h.num == N_BATCHES * BATCH * per_sample, tag
-        assert sum(h.bucket) == h.num
-        assert h.bucket_limit[-1] >= h.max  # right edges: the last limit covers the maximum
+        for event in events:
+            h = event.histogram_value
+            assert h.num == N_BATCHES * BATCH * per_sample, tag
+            assert sum(h.bucket) == h.num
+            assert h.bucket_limit[-1] >= h.max  # right edges: the last limit covers the maximum
 
 
 def test_per_channel_scalars_use_channel_index_as_step(logged_run):
     _, _, logs = logged_run
     (run,) = run_folders(logs)
     for kind in ("min", "max", "mean"):
-        acc = load(run / "after_statistics_collection" / f"{kind}_per_channel")
+        acc = load(run / stage_run("after_statistics_collection") / f"{kind}_per_channel")
         tags = acc.Tags()["scalars"]
         assert tags
         widest = max(len(acc.Scalars(t)) for t in tags)
@@ -107,7 +111,7 @@ def test_two_calls_give_two_complete_runs_and_leave_nothing_open(fw, trained_dig
     assert len(runs) == 2
     for run in runs:
         for stage in STAGES:
-            assert load(run / stage).Tags()["graph"]
+            assert load(run / stage_run(stage)).Tags()["graph"]
     assert len(os.listdir("/proc/self/fd")) <= fds_before
     assert not logging.getLogger("model_compression_toolkit").handlers or all(
         not isinstance(h, logging.FileHandler) for h in logging.getLogger("model_compression_toolkit").handlers

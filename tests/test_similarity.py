@@ -11,11 +11,13 @@ import model_compression_toolkit as mct
 from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB
 from model_compression_toolkit.core.similarity.plan import Comparison
 from model_compression_toolkit.core.similarity.reference import FloatReference
-from model_compression_toolkit.observers.protos import device_name
+from model_compression_toolkit.observers.cosine_plots import SUMMARY_TAG, sample_tag
+from model_compression_toolkit.observers.similarity_view import scalar_tag
+from model_compression_toolkit.observers.stage_view import stage_run
 from model_compression_toolkit.pipeline.session import produced_graph
 from model_compression_toolkit.ptq.backends import get_backend
 from tests.fixtures.damage import outlier_weight
-from tests.tb import load, run_folders
+from tests.tb import layer_name, load, run_folders
 from tutorials.digits import representative_dataset
 
 PER_TENSOR = mct.core.CoreConfig(
@@ -77,27 +79,24 @@ def test_similarity_reads_back_from_tensorboard(fw, trained_digits, tmp_path):
     mct.set_log_folder(tmp_path)
     _, info = fw.ptq(model, representative_dataset(x_train))
     (run,) = run_folders(tmp_path)
-    acc = load(run / "similarity")
+    acc = load(run / stage_run("quantized_graph"))
     images = acc.Tags()["images"]
-    assert {f"cosine_similarity/sample_{i}" for i in range(20)} <= set(images)
-    assert "cosine_similarity/summary" in images
-    assert any(tag.startswith("filters/") for tag in images)
+    assert {sample_tag(i) for i in range(20)} | {SUMMARY_TAG} <= set(images)
+    assert any(tag.startswith("Filters/") for tag in images)
     histograms = acc.Tags()["histograms"]
     for layer in info.similarity.layers:
-        f, q = acc.Histograms(f"{layer.name}/float"), acc.Histograms(f"{layer.name}/quantized")
-        assert list(f[0].histogram_value.bucket_limit) == list(q[0].histogram_value.bucket_limit)
-        assert f[0].histogram_value.num == q[0].histogram_value.num > 0  # the same 20 samples
-    assert len(histograms) == 2 * len(info.similarity.layers)
-    assert acc.Tags()["tensors"]  # the ranked text table
-    for kind in ("accumulated", "local"):
-        scalars = load(run / "similarity" / kind)
-        assert {"similarity/cosine", "similarity/sqnr_db", "similarity/mse"} <= set(scalars.Tags()["scalars"])
-    steps = [e.step for e in load(run / "similarity" / "accumulated").Scalars("similarity/sqnr_db")]
+        f, q = (e.histogram_value for e in acc.Histograms(layer.name))  # step 0 float, step 1 quantized
+        assert list(f.bucket_limit) == list(q.bucket_limit)
+        assert f.num == q.num > 0  # the same 20 samples
+    assert {layer.name for layer in info.similarity.layers} <= set(histograms)
+    assert {"similarity/causes", "similarity/report"} <= set(acc.Tags()["tensors"])  # the ranked text tables
+    tags = set(acc.Tags()["scalars"])
+    assert {scalar_tag(m, k) for m in ("cosine", "sqnr_db", "mse") for k in ("accumulated", "local")} <= tags
+    steps = [e.step for e in acc.Scalars(scalar_tag("sqnr_db", "accumulated"))]
     assert steps == sorted(layer.position for layer in info.similarity.layers)
-    graph = load(run / "quantized_graph").Graph()
-    devices = {n.name: n.device for n in graph.node}
-    for layer in info.similarity.layers:
-        assert devices[layer.name] == device_name(f"error:{layer.error_class}")
+    devices = {layer_name(n.name): n.device for n in acc.Graph().node}
+    for layer in info.similarity.layers:  # coloured by the error its own quantizers do at the output
+        assert devices[layer.name].startswith(f"/device:{layer.damage_class} own error")
 
 
 def test_analysis_can_be_switched_off(fw, trained_digits, tmp_path):
@@ -107,7 +106,8 @@ def test_analysis_can_be_switched_off(fw, trained_digits, tmp_path):
     _, info = fw.ptq(model, representative_dataset(x_train), config)
     (run,) = run_folders(tmp_path)
     assert info.similarity is None
-    assert not (run / "similarity").exists() and not (run / "similarity_report.json").exists()
+    assert not (run / "similarity_report.json").exists()
+    assert not load(run / stage_run("quantized_graph")).Tags()["images"]
 
 
 def test_analysis_asked_for_runs_without_a_log_folder_and_writes_nothing(fw, trained_digits, tmp_path, monkeypatch):
@@ -166,13 +166,12 @@ def test_the_statistics_pass_gives_the_comparison_its_float_side(fw, trained_dig
     small_cap = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(similarity_memory_cap=1 << 20))
     _, chunked = fw.ptq(model, counted, small_cap)
     assert len(calls) == 2 and chunked.similarity.samples == 20
-    first, second = (load(run / "similarity") for run in run_folders(tmp_path))
+    first, second = (load(run / stage_run("quantized_graph")) for run in run_folders(tmp_path))
     for layer in kept.similarity.layers:  # the float histograms kept by the statistics pass hold the 20 samples
-        counts = [acc.Histograms(f"{layer.name}/{side}")[0].histogram_value.num for side in ("float", "quantized")
-                  for acc in (first, second)]  # fmt: skip
-        assert len(set(counts)) == 1, (layer.name, counts)
+        counts = [e.histogram_value.num for acc in (first, second) for e in acc.Histograms(layer.name)]
+        assert len(counts) == 4 and len(set(counts)) == 1, (layer.name, counts)
         # over the cap too, the float side is the statistics pass's histogram: not binned again
-        kept_float, chunked_float = (acc.Histograms(f"{layer.name}/float")[0].histogram_value for acc in (first, second))
+        kept_float, chunked_float = (acc.Histograms(layer.name)[0].histogram_value for acc in (first, second))
         assert kept_float.bucket_limit == chunked_float.bucket_limit and kept_float.bucket == chunked_float.bucket
     for a, b in zip(kept.similarity.layers, chunked.similarity.layers):  # batches of 8 vs chunks of other
         assert a.name == b.name  # sizes: float sums differ in the last bits, a rare value rounds the other way
@@ -246,7 +245,7 @@ def test_standalone_analysis_of_a_model_we_produced(fw, trained_digits, tmp_path
     assert result.report.samples == 20 and result.report.layers
     (run,) = run_folders(tmp_path)
     assert (run / "similarity_report.json").exists()
-    assert "cosine_similarity/summary" in load(run / "similarity").Tags()["images"]
+    assert SUMMARY_TAG in load(run / stage_run("quantized_graph")).Tags()["images"]
     with pytest.raises(mct.errors.ModelReadError, match="returned by a PTQ call"):
         mct.analyze_similarity(model, model, representative_dataset(x_train))
 

@@ -10,6 +10,7 @@ import pytest
 import model_compression_toolkit as mct
 from model_compression_toolkit.core.preparation import KEPT_FLOAT
 from model_compression_toolkit.errors import ConfigurationError
+from model_compression_toolkit.observers.stage_view import stage_run
 from tests.fixtures.damage import outlier_weight
 from tests.tb import load, run_folders
 from tutorials import digits
@@ -65,16 +66,19 @@ def test_tuning_keeps_the_damaged_layer_float_and_logs_every_trial(fw, trained_d
 
     (run,) = run_folders(tmp_path)
     names = sorted(p.name for p in run.iterdir() if p.is_dir())
-    baselines = [n for n in names if BASELINE.fullmatch(n)]
     trials = sorted((n for n in names if TRIAL.fullmatch(n)), key=lambda n: int(TRIAL.fullmatch(n)[1]))
-    assert baselines == [tuning.baseline_run] and trials == [t.run_name for t in tuning.trials]
-    assert "quantized_graph" in names  # trial 1 is the normal, fully logged PTQ
+    assert not [n for n in names if BASELINE.fullmatch(n)]  # the float model is 1_initial_graph and step 0
+    assert trials == [t.run_name for t in tuning.trials]
+    assert run.name.split("_")[-2] == "tuned" and stage_run("quantized_graph") in names  # trial 1: the plain PTQ
+    runs = {p.parent for p in run.rglob("events.out.tfevents.*")}
+    assert len(runs) == 8 + len(tuning.trials) + 1  # stages and statistics, a run per trial, tuning
     tags = None
-    for name in baselines + trials:
+    for name in trials:
         acc = load(run / name)
         assert acc.Tags()["graph"] and "Resources" in acc.Tags()["run_metadata"]
         assert tags is None or set(acc.Tags()["histograms"]) == tags
         tags = set(acc.Tags()["histograms"])
+        assert all([e.step for e in acc.Histograms(t)] == [0, 1] for t in tags)  # float, then this trial
     assert tags and tags <= {layer.name for layer in info.similarity.layers}
     summary = load(run / "tuning")
     steps = [e.step for e in summary.Scalars("tuning/accuracy")]

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from model_compression_toolkit.observers.stage_view import stage_run
+
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 240
 TUTORIALS = {
@@ -86,11 +88,11 @@ def test_ptq_tensorboard_tutorial_tours_every_dashboard(started, name):
     for dashboard in ("GRAPHS", "HISTOGRAMS / DISTRIBUTIONS", "SCALARS", "IMAGES", "TEXT"):
         assert f"\n{dashboard}" in out, dashboard
     for stage in ("initial_graph", "after_graph_preparation", "quantized_graph"):
-        assert f"/{stage} " in out, stage
-    assert "Resources" in out and "cosine_similarity/sample_0" in out
+        assert f"/{stage_run(stage)} " in out, stage
+    assert "Resources" in out and "Cosine similarity/0_summary" in out
     assert f"tensorboard --logdir {log_folder.resolve()}" in out
     (run,) = [p for p in log_folder.iterdir() if p.is_dir()]
-    assert (run / "quantized_graph").is_dir() and (run / "similarity_report.json").is_file()
+    assert (run / stage_run("quantized_graph")).is_dir() and (run / "similarity_report.json").is_file()
 
 
 def test_debug_tutorial_finds_the_cause_and_its_fix_recovers(started):
@@ -104,5 +106,7 @@ def test_debug_tutorial_finds_the_cause_and_its_fix_recovers(started):
     assert "mct.core.KeepFloat(names=[" in out and "kept in float by a KeepFloat rule" in out
     assert "they only inherit it" in out
     assert percent(out, "tuned accuracy") > damaged
-    assert re.search(r"baseline_acc_\d+\.\d{4}, tune_1_acc_\d+\.\d{4}", out), out
+    assert re.search(r"tune_1_acc_\d+\.\d{4}, tune_2_acc_\d+\.\d{4}", out), out
+    assert re.search(r"logs of this call: .+_with-fix_\d{8}-\d{6}$", out, re.MULTILINE), out  # the named call
+    assert "tensorboard --logdir_spec damaged:" in out
     assert "tensorboard --logdir" in out

@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import model_compression_toolkit as mct  # noqa: E402
+from model_compression_toolkit.core.numbers import format_bytes  # noqa: E402
 from tutorials import digits  # noqa: E402
 
 OUTLIER = 300.0  # how much larger the outlier channel is
@@ -180,18 +181,20 @@ def main() -> None:
     )
     run = info.log_folder
     print("  In TensorBoard:")
-    print(f"    Text, run {run.name}/similarity: similarity/causes (this table, and the fix)")
-    print(f"    Graphs, run {run.name}/quantized_graph: click {first.name} for its channel measures and role")
+    print(f"    Text, run {run.name}/5_quantized_graph: similarity/causes (this table, and the fix)")
+    print(f"    Graphs, run {run.name}/5_quantized_graph: {first.name} is salmon (high own error); click it")
+    print(f"    Images, run {run.name}/4_thresholds_selection: 'Per-channel ranges' shows {first.name}'s outlier first")
+    print(f"    Images, run {run.name}/5_quantized_graph: 'Cosine similarity/0_summary' marks the worst cause")
 
     # ------------------------------------------------------------ 4. the fix
     fix = report.suggested_fix()
     print("\n== 4. the suggested fix, applied as the report says")
     print(f"  {fix.code()}".replace("\n", "\n  "))
-    q_fixed, info_fixed = fw.ptq(model, data_gen, mct.core.CoreConfig(keep_float=fix))
+    q_fixed, info_fixed = fw.ptq(model, data_gen, mct.core.CoreConfig(keep_float=fix), run_name="with fix")
     recovered_acc = evaluate(q_fixed)
     print(f"recovered accuracy: {recovered_acc:.2f} %")
     mem = info_fixed.memory
-    print(f"  weights {mem.weights_float_bytes / 1024:.1f} KiB float -> {mem.weights_quantized_bytes / 1024:.1f} KiB")
+    print(f"  weights {format_bytes(mem.weights_float_bytes)} float -> {format_bytes(mem.weights_quantized_bytes)}")
     print(f"  {planted}: {info_fixed.float_layers.get(planted)}")
     print(f"  logs of this call:  {info_fixed.log_folder}")
     print(f"the planted outlier was in {planted!r}: {'found' if first.name == planted else 'MISSED'}")
@@ -204,11 +207,13 @@ def main() -> None:
     q_tuned, info_tuned = fw.tuned_ptq(model, data_gen, evaluate, config)
     print(f"tuned accuracy:     {evaluate(q_tuned):.2f} %")
     print(info_tuned.tuning.summary())
-    runs = sorted(p.name for p in info_tuned.log_folder.iterdir() if p.name.startswith(("baseline_", "tune_")))
+    runs = sorted(p.name for p in info_tuned.log_folder.iterdir() if p.name.startswith("tune_"))
     print(f"  TensorBoard runs in {info_tuned.log_folder.name}: {', '.join(runs)} and tuning")
 
     print("\nto see every run, start:")
     print(f"  tensorboard --logdir {log_folder}")
+    print("or to compare the damaged call with the fixed one, side by side:")
+    print(f"  tensorboard --logdir_spec damaged:{info.log_folder},fixed:{info_fixed.log_folder}")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import model_compression_toolkit as mct  # noqa: E402
+from model_compression_toolkit.core.numbers import format_bytes  # noqa: E402
 from tutorials.digits import (  # noqa: E402
     accuracy,
     digits_data,
@@ -45,7 +46,7 @@ def main() -> None:
     print(f"float accuracy:     {float_acc:.2f} %")
     print(f"quantized accuracy: {quant_acc:.2f} %")
     print(
-        f"weights memory:     {mem.weights_float_bytes / 1024:.1f} KiB -> {mem.weights_quantized_bytes / 1024:.1f} KiB"
+        f"weights memory:     {format_bytes(mem.weights_float_bytes)} -> {format_bytes(mem.weights_quantized_bytes)}"
     )
     print(f"this run's logs:    {info.log_folder}")
     print("to see every stage, run:")

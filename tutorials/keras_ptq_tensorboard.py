@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import model_compression_toolkit as mct  # noqa: E402
+from model_compression_toolkit.core.numbers import format_bytes  # noqa: E402
 from tutorials.digits import (  # noqa: E402
     accuracy,
     digits_data,
@@ -96,7 +97,7 @@ def main() -> None:
     print(f"quantized accuracy: {quant_acc:.2f} %")
     mem = info.memory
     print(
-        f"weights memory:     {mem.weights_float_bytes / 1024:.1f} KiB -> {mem.weights_quantized_bytes / 1024:.1f} KiB"
+        f"weights memory:     {format_bytes(mem.weights_float_bytes)} -> {format_bytes(mem.weights_quantized_bytes)}"
     )
     # q_model is a plain keras.Model of fake-quantized layers: q_model.save("digits_q.keras")
     # and keras.models.load_model("digits_q.keras") work without this library's help.

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import model_compression_toolkit as mct
+from model_compression_toolkit.core.numbers import format_bytes
+from model_compression_toolkit.observers.stage_view import stage_run
 
 STAGES = {
     "initial_graph": "the model as read by torch.fx, batch norms still there",
@@ -25,56 +27,55 @@ def tour(info: mct.core.QuantizationInfo, log_folder: Path, conv_type: str = "Co
     run = info.log_folder
     quantized_acts = [name for name, layer in info.layers.items() if layer.activation is not None]
     with_weights = [name for name, layer in info.layers.items() if layer.weights]
+    stats = stage_run("after_statistics_collection")
+    thresholds, quantized = stage_run("thresholds_selection"), stage_run("quantized_graph")
 
     print(f"\nlog folder: {log_folder}")
     print(f"this call's call folder: {run}")
-    print("  (TensorBoard lists each run as <call folder>/<stage>, so several calls sit side by side)")
+    print("  (TensorBoard lists each run as <call folder>/<stage>, so several calls sit side by side;")
+    print("  at most 8 runs a call: TensorBoard selects none when a folder holds more than 40)")
 
-    # Graphs: one graph per stage. Pick the stage in the "Run" menu on the left.
+    # Graphs: one graph per stage, numbered in pipeline order. Pick the stage in the "Run" menu.
     print("\nGRAPHS -- pick a stage in the 'Run' menu:")
     for stage, what in STAGES.items():
-        if (run / stage).is_dir():
-            print(f"  {run.name}/{stage:<28} {what}")
+        if (run / stage_run(stage)).is_dir():
+            print(f"  {run.name}/{stage_run(stage):<30} {what}")
     print("  Tag 'Default' is the graph; tag 'Resources' shows the memory of each node (weights + its")
     print("  output activation for one sample) at that stage's bit-widths: click a node to read it.")
-    print(f"  Here the weights take {info.memory.weights_float_bytes / 1024:.1f} KiB in float and "
-          f"{info.memory.weights_quantized_bytes / 1024:.1f} KiB at 8 bits.")  # fmt: skip
-    print(f"  Color -> 'Device' colours nodes by layer type ({conv_type}, ReLU, ...); in quantized_graph by")
-    print("  error class instead (error_low / error_medium / error_high, from the similarity analysis).")
-    print("  A node's attributes hold its bits, thresholds, scales and, in quantized_graph, its metrics.")
+    print(f"  Here the weights take {format_bytes(info.memory.weights_float_bytes)} in float and "
+          f"{format_bytes(info.memory.weights_quantized_bytes)} at 8 bits.")  # fmt: skip
+    print(f"  Color -> 'Device' colours nodes by layer type ({conv_type}, ReLU, ...); in {quantized} by the")
+    print("  error each layer's own quantizers do to the output: high in salmon, medium in peach, low in")
+    print("  blue-grey (the legend says it in words). A node's first attribute, '» in short', says its")
+    print("  bits, threshold, step and error in one line.")
 
-    # Histograms and Distributions: the same data, as stacked histograms or as percentile bands.
-    print("\nHISTOGRAMS / DISTRIBUTIONS:")
-    print("  runs after_statistics_collection, thresholds_selection: one histogram per quantized activation,")
-    print(f"    tag = layer name: {', '.join(quantized_acts)}")
-    print("  run quantized_graph: each layer's weights, float and quantized on the same bins:")
-    print(
-        f"    {', '.join(f'{n}/weights/float' for n in with_weights[:2])}, ... and their .../weights/quantized"
-    )
-    print("  run similarity: each compare point's output on the same bins, float vs quantized:")
-    print("    <layer>/float and <layer>/quantized (from the similarity samples)")
+    # Histograms and Distributions: the same data, as histograms or as percentile bands.
+    print("\nHISTOGRAMS / DISTRIBUTIONS (step 0 float, step 1 quantized: 'overlay' draws both in one card):")
+    print(f"  run {thresholds}: one histogram per quantized activation over all the data, then through")
+    print(f"    its grid; tag = layer name: {', '.join(quantized_acts)}")
+    print(f"  run {quantized}: the same tags, the float and the quantized model on the similarity samples,")
+    print(f"    and each layer's weights: {', '.join(f'{n}/weights' for n in with_weights[:2])}, ...")
 
     # Scalars: per-channel statistics use the channel index as the step (the x axis).
     print("\nSCALARS:")
-    print("  runs <stage>/min_per_channel, max_per_channel, mean_per_channel: tag = layer, x axis = channel")
-    print("    index (not time): a channel whose range dwarfs the others shows up as a spike.")
-    print("  runs similarity/accumulated and similarity/local: tags similarity/cosine, similarity/sqnr_db,")
-    print("    similarity/mse; x axis = the layer's position in the graph. Tick both runs to overlay them:")
-    print("    'local' is that layer alone quantized, 'accumulated' the whole quantized model up to it.")
+    print(f"  runs {stats}/min_per_channel, max_per_channel, mean_per_channel: tag = layer, x axis =")
+    print("    channel index (not time): a channel whose range dwarfs the others shows up as a spike.")
+    print(f"  run {quantized}: similarity/cosine (accumulated) and (local), the same for sqnr_db and mse;")
+    print("    x axis = the layer's position: 'local' is that layer alone quantized, 'accumulated' the")
+    print("    whole quantized model up to it.")
 
-    # Images: the similarity analysis as plots (matplotlib figures rendered to PNG).
+    # Images: per-channel ranges, and the similarity analysis as plots.
     n = info.similarity.samples if info.similarity else 0
-    print("\nIMAGES (run similarity):")
-    print(f"  cosine_similarity/sample_0 ... sample_{n - 1}: cosine similarity float vs quantized at every")
-    print("    compare point for one sample, the x axis labelled with layer names;")
-    print("  cosine_similarity/summary: the mean over the samples with a min-max band;")
-    print("  filters/<conv>: the first convolutions' kernels, float next to quantized.")
+    print("\nIMAGES:")
+    print(f"  run {quantized}: Cosine similarity/0_summary (read first), then 1_sample_00 ... {n - 1:02d};")
+    print("    Filters/<conv>: the first convolutions' kernels, float next to quantized.")
+    print(f"  run {thresholds}: Per-channel ranges/<k>_<layer>, layers with outlier channels first.")
 
     # Text: markdown tables.
     print("\nTEXT:")
-    print("  tag 'summary' in each stage run: layers, quantized vs float, memory, one row per layer")
-    print("    (type, weight bits, activation bits, memory);")
-    print("  tag 'similarity/report' in run similarity: every compare point ranked, worst first.")
+    print("  tag 'summary' in each stage run: layers, quantized vs float, memory, one row per layer;")
+    print(f"  tags 'similarity/causes' and 'similarity/report' in run {quantized}: the quantizers to")
+    print("    blame with the suggested fix, and every compare point ranked, worst first.")
     if info.similarity is not None:
         print("\n" + info.similarity.summary(top=3))
 

@@ -34,6 +34,8 @@ from typing import IO, Any
 import google_crc32c
 import numpy as np
 from tensorboard.compat.proto import config_pb2, event_pb2, graph_pb2, summary_pb2
+from tensorboard.plugins.histogram import metadata as histogram_metadata
+from tensorboard.plugins.image import metadata as image_metadata
 
 from model_compression_toolkit.observers.protos import clean_tag, png_size, text_summary_value
 
@@ -70,6 +72,13 @@ def scalar_series_events(series: Mapping[str, np.ndarray], wall_time: float) -> 
         ]
         events.append(event_pb2.Event(wall_time=wall_time, step=step, summary=summary_pb2.Summary(value=values)))
     return events
+
+
+def _display(tag: str, names: Mapping[str, str] | None, plugin: Any) -> summary_pb2.SummaryMetadata | None:
+    """The metadata giving a card its title (TensorBoard shows it above the tag), from the
+    plugin's own metadata builder, so every reader knows which dashboard it is for."""
+    name = (names or {}).get(tag)
+    return plugin.create_summary_metadata(display_name=name, description="") if name else None
 
 
 def _event_file_name() -> str:
@@ -157,11 +166,27 @@ class RunWriter:
     def add_histogram(self, tag: str, histogram: summary_pb2.HistogramProto, step: int = 0) -> None:
         self._summary([summary_pb2.Summary.Value(tag=clean_tag(tag), histo=histogram)], step)
 
-    def add_histograms(self, histograms: Mapping[str, summary_pb2.HistogramProto], step: int = 0) -> None:
-        """Several histograms at one step, as one event."""
-        values = [summary_pb2.Summary.Value(tag=clean_tag(t), histo=h) for t, h in histograms.items()]
+    def add_histograms(
+        self,
+        histograms: Mapping[str, summary_pb2.HistogramProto],
+        step: int = 0,
+        display_names: Mapping[str, str] | None = None,
+    ) -> None:
+        """Several histograms at one step, as one event; ``display_names``: the card titles."""
+        values = [
+            summary_pb2.Summary.Value(tag=clean_tag(t), histo=h, metadata=_display(t, display_names, histogram_metadata))
+            for t, h in histograms.items()
+        ]
         if values:
             self._summary(values, step)
+
+    def add_histogram_pairs(
+        self, pairs: Mapping[str, tuple], titles: Mapping[str, str] | None = None
+    ) -> None:
+        """Each (float, quantized) pair of histograms under one tag, float at step 0 and
+        quantized at step 1: TensorBoard's overlay mode draws the two in one card."""
+        for step in (0, 1):
+            self.add_histograms({tag: pair[step] for tag, pair in pairs.items()}, step, titles if step == 0 else None)
 
     def add_scalar(self, tag: str, value: float, step: int = 0) -> None:
         self._summary([summary_pb2.Summary.Value(tag=clean_tag(tag), simple_value=float(value))], step)
@@ -174,10 +199,11 @@ class RunWriter:
     def add_text(self, tag: str, markdown: str, step: int = 0) -> None:
         self._summary([text_summary_value(clean_tag(tag), markdown)], step)
 
-    def add_image(self, tag: str, png: bytes, step: int = 0) -> None:
+    def add_image(self, tag: str, png: bytes, step: int = 0, display_name: str | None = None) -> None:
         height, width, channels = png_size(png)
         image = summary_pb2.Summary.Image(height=height, width=width, colorspace=channels, encoded_image_string=png)
-        self._summary([summary_pb2.Summary.Value(tag=clean_tag(tag), image=image)], step)
+        meta = _display(tag, {tag: display_name} if display_name else None, image_metadata)
+        self._summary([summary_pb2.Summary.Value(tag=clean_tag(tag), image=image, metadata=meta)], step)
 
     def flush(self) -> None:
         """Return once everything added so far is in the file."""
@@ -207,5 +233,5 @@ class NullRunWriter:
     def _nothing(self, *args: Any, **kwargs: Any) -> None:
         return None
 
-    add_events = add_graph = add_run_metadata = add_histogram = add_histograms = _nothing
+    add_events = add_graph = add_run_metadata = add_histogram = add_histograms = add_histogram_pairs = _nothing
     add_scalar = add_scalar_series = add_text = add_image = flush = close = disable = _nothing

@@ -2,7 +2,7 @@
 
 Pure builders (each checked on its own by the tests):
 
-- `graph_def(graph, memory)`: one NodeDef per node, for the Graphs dashboard.
+- `graph_def(graph, attrs, devices)`: one NodeDef per node, for the Graphs dashboard.
 - `run_metadata(graph, memory)`: per-node memory, shown with the ``Resources`` tag.
 - `histogram_proto(...)` / `histogram_from_values(...)`: right bucket edges, true counts.
 - `figure_to_png(fig)`: a matplotlib figure as PNG bytes (matplotlib >= 3.10).
@@ -36,28 +36,38 @@ from tensorboard.compat.proto import (
 )
 from tensorboard.plugins.text import metadata as text_metadata
 
-from model_compression_toolkit.core.graph import Graph, Node
-from model_compression_toolkit.core.quant_config import WeightsQuantConfig
+from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.pipeline.events import NodeMemory
 
 RESOURCES_TAG = "Resources"
+IN_SHORT = "» in short"  # the node panel lists attributes in reverse alphabetical order: this one first
 ALLOCATOR = "weights_and_activation"
 
-def device_name(label: str) -> str:
-    """A device name TensorBoard lists and colours: ``/device:<label>:0``."""
-    return "/device:" + (str(label).replace(":", "_").replace("/", "_") or "unknown") + ":0"
+def device_name(label: str, index: int = 0) -> str:
+    """A device name TensorBoard lists and colours: ``/device:<label>:<index>`` (its legend
+    shows what follows the prefix every device shares, the index included)."""
+    return "/device:" + (str(label).replace(":", "_").replace("/", "_") or "unknown") + f":{int(index)}"
+
+
+def _array_index(name: str) -> bool:
+    """Whether JavaScript orders ``name`` as an array index, before every other object key."""
+    return name.isdigit() and name.isascii() and (name == "0" or name[0] != "0") and int(name) < 2**32 - 1
 
 
 def graph_node_names(graph: Graph) -> dict[str, str]:
     """Node name -> a unique name TensorBoard parses back unchanged.
 
     ``:`` would be read as an output index and ``^`` as a control edge, and empty
-    ``/`` segments break the hierarchy, so those are replaced.
+    ``/`` segments break the hierarchy, so those are replaced. A name that is an integer
+    (the layers of an ``nn.Sequential``) becomes ``[5]``: TensorBoard keeps nodes in an
+    object, which would list such names before all others and so choose device colours
+    in their order instead of the graph's.
     """
     names: dict[str, str] = {}
     used: set[str] = set()
     for node in graph.nodes():
         clean = "/".join(p for p in node.name.replace(":", "_").lstrip("^").split("/") if p) or "_"
+        clean = "/".join(f"[{p}]" if _array_index(p) else p for p in clean.split("/"))
         candidate = clean
         for k in itertools.count(1):
             if candidate not in used:
@@ -92,57 +102,8 @@ def attr_value(value: Any) -> attr_value_pb2.AttrValue:
     return AV(s=repr(value).encode("utf-8"))
 
 
-def _number(x: float) -> int | float:
-    return int(x) if float(x).is_integer() else float(x)
-
-
-def _summary(values: np.ndarray | float | None) -> str:
-    arr = np.asarray(values, dtype=np.float64).ravel()
-    if arr.size == 1:
-        return f"{arr[0]:.6g}"
-    return f"min {arr.min():.6g}, max {arr.max():.6g}, mean {arr.mean():.6g} ({arr.size} channels)"
-
-
-def _weights_attrs(prefix: str, cfg: WeightsQuantConfig) -> dict[str, Any]:
-    attrs: dict[str, Any] = {
-        f"{prefix}.{k}": getattr(cfg, k) for k in ("n_bits", "method", "error_method", "per_channel")
-    }
-    for key in ("threshold", "range_min", "range_max"):
-        if getattr(cfg, key) is not None:
-            attrs[f"{prefix}.{key}"] = _summary(getattr(cfg, key))
-    return attrs
-
-
-def quant_attrs(node: Node) -> dict[str, Any]:
-    """The node's quantization configuration at this stage, as flat attributes."""
-    q = node.quant
-    attrs: dict[str, Any] = {}
-    for wname, cfg in q.weights.items():
-        attrs.update(_weights_attrs(f"weights.{wname}", cfg))
-    if q.weights_float_reason:
-        attrs["weights.float_reason"] = q.weights_float_reason
-    act = q.activation
-    if act is not None:
-        attrs.update(
-            {
-                "activation.n_bits": act.n_bits,
-                "activation.method": act.method,
-                "activation.error_method": act.error_method,
-            }
-        )
-        if act.signed is not None:
-            attrs["activation.signed"] = act.signed
-        for key in ("threshold", "range_min", "range_max"):
-            if getattr(act, key) is not None:
-                attrs[f"activation.{key}"] = float(getattr(act, key))
-        if act.grid is not None:
-            attrs["activation.scale"] = _summary(act.grid.scale)
-            attrs["activation.zero_point"] = _summary(act.grid.zero_point)
-    if q.activation_float_reason:
-        attrs["activation.float_reason"] = q.activation_float_reason
-    bits = [f"W{c.n_bits}" for c in q.weights.values()] + ([f"A{act.n_bits}"] if act else [])
-    attrs["quantization"] = " ".join(bits) if bits else "float"
-    return attrs
+def _legend_text(device: str) -> str:
+    return "this colour: " + device.removeprefix("/device:").rpartition(":")[0]
 
 
 def _shape_proto(shape: Sequence[int | None]) -> tensor_shape_pb2.TensorShapeProto:
@@ -153,46 +114,32 @@ def _shape_proto(shape: Sequence[int | None]) -> tensor_shape_pb2.TensorShapePro
 # ---------------------------------------------------------------- graph
 def graph_def(
     graph: Graph,
-    memory: Mapping[str, NodeMemory],
+    attrs: Mapping[str, Mapping[str, Any]] | None = None,
     devices: Mapping[str, str] | None = None,
-    extra_attrs: Mapping[str, Mapping[str, Any]] | None = None,
+    legend: Sequence[tuple[str, str]] = (),
 ) -> graph_pb2.GraphDef:
     """One NodeDef per node: inputs in order (``src:k`` for output k > 0), op = layer type.
 
     Args:
         graph: the graph at the stage.
-        memory: bytes per node; shown as ``memory.*`` attributes.
-        devices: node name -> label used as the node's device (default: its layer type),
-            so "Color by device" groups by it. Wrapped as ``/device:<label>:0``, the form
-            TensorBoard lists in its legend and keeps when joining run metadata.
-        extra_attrs: node name -> more attributes to show (e.g. similarity metrics).
+        attrs: node name -> the attributes its panel shows (`graph_view.graph_attrs`).
+        devices: node name -> its device (`device_name`; default: its layer type), so
+            "Color by device" groups by it.
+        legend: (node name, device) of nodes with no edge put first, so that TensorBoard
+            meets their devices first and gives them the first palette colours in order.
     """
     names = graph_node_names(graph)
-    nodes = []
+    nodes = [
+        node_def_pb2.NodeDef(name=name, op="legend", device=device, attr={IN_SHORT: attr_value(_legend_text(device))})
+        for name, device in legend
+    ]
     for node in graph.nodes():
         inputs = [
             names[e.src] + (f":{e.src_index}" if e.src_index > 0 else "") for e in graph.in_edges(node.name)
         ]
-        label = (devices or {}).get(node.name, node.layer_type)
-        nd = node_def_pb2.NodeDef(
-            name=names[node.name], op=node.layer_type, input=inputs, device=device_name(label)
-        )
-        attrs: dict[str, Any] = {str(k): v for k, v in node.attrs.items()}
-        attrs["kind"] = node.kind
-        if node.fused_activation:
-            attrs["fused_activation"] = node.fused_activation
-        if node.origin != [node.name]:
-            attrs["origin"] = list(node.origin)
-        for wname, w in node.weights.items():
-            attrs[f"weights.{wname}.shape"] = list(w.shape)
-        attrs.update(quant_attrs(node))
-        attrs.update((extra_attrs or {}).get(node.name, {}))
-        mem = memory.get(node.name)
-        if mem is not None:
-            attrs["memory.weights_bytes"] = _number(mem.weights_bytes)
-            attrs["memory.activation_bytes"] = _number(mem.activation_bytes)
-            attrs["memory.total_bytes"] = _number(mem.total_bytes)
-        for key, value in attrs.items():
+        device = (devices or {}).get(node.name) or device_name(node.layer_type)
+        nd = node_def_pb2.NodeDef(name=names[node.name], op=node.layer_type, input=inputs, device=device)
+        for key, value in (attrs or {}).get(node.name, {}).items():
             nd.attr[key].CopyFrom(attr_value(value))
         if node.output_shapes:
             shapes = [_shape_proto(s) for s in node.output_shapes]
@@ -249,8 +196,8 @@ def run_metadata(
             output=outputs,
             timeline_label=f"{names[node.name]} = {node.layer_type}()",
         )
-        label = (devices or {}).get(node.name, node.layer_type)
-        by_device.setdefault(device_name(label), []).append(stats)
+        device = (devices or {}).get(node.name) or device_name(node.layer_type)
+        by_device.setdefault(device, []).append(stats)
     dev_stats = [step_stats_pb2.DeviceStepStats(device=d, node_stats=s) for d, s in by_device.items()]
     return config_pb2.RunMetadata(step_stats=step_stats_pb2.StepStats(dev_stats=dev_stats))
 

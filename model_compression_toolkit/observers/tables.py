@@ -6,7 +6,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from model_compression_toolkit.core.graph import Graph
-from model_compression_toolkit.core.memory import NodeMemory
+from model_compression_toolkit.core.info import LayerCounts, float_layers
+from model_compression_toolkit.core.memory import NodeMemory, total
+from model_compression_toolkit.core.numbers import format_bytes
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -20,49 +22,37 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB"):
-        if abs(n) < 1024 or unit == "MiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
-def stage_markdown(name: str, graph: Graph, memory: Mapping[str, NodeMemory]) -> str:
-    """The stage summary: layer counts, memory totals, then one row per layer."""
+def stage_markdown(run: str, graph: Graph, memory: Mapping[str, NodeMemory]) -> str:
+    """The stage summary: layer counts and memory totals (`core.info`'s definitions, the
+    same numbers as ``mct.log`` and ``info``), then one row per layer."""
     nodes = graph.nodes()
-    quantized = [n for n in nodes if n.quant.is_quantized]
-    w_total = sum(m.weights_bytes for m in memory.values())
-    a_total = sum(m.activation_bytes for m in memory.values())
-    totals = markdown_table(
+    counts, kept = LayerCounts.of(graph), float_layers(graph)
+    totals = total(dict(memory))
+    totals_table = markdown_table(
         ["total", "value"],
         [
-            ["layers", len(nodes)],
-            ["quantized layers", len(quantized)],
-            ["float layers", len(nodes) - len(quantized)],
-            ["weights memory", _bytes(w_total)],
-            ["activation memory (one sample)", _bytes(a_total)],
-            ["total memory", _bytes(w_total + a_total)],
+            ["layers", counts.layers],
+            ["quantized layers (a quantizer of their own)", counts.quantized],
+            ["layers kept in float", counts.kept_float],
+            ["other layers (fused, moving values, no tensor)", counts.other],
+            ["weights memory", format_bytes(totals.weights_bytes)],
+            ["activation memory (one sample)", format_bytes(totals.activation_bytes)],
+            ["total memory", format_bytes(totals.total_bytes)],
         ],
     )
     rows = []
     for n in nodes:
         q, mem = n.quant, memory.get(n.name, NodeMemory(0.0, 0.0))
-        w_bits = ", ".join(f"{w}: {c.n_bits}" for w, c in q.weights.items()) or (
-            q.weights_float_reason or "-"
-        )
-        a_bits = str(q.activation.n_bits) if q.activation else (q.activation_float_reason or "float")
-        rows.append(
-            [
-                f"`{n.name}`",
-                n.layer_type,
-                w_bits,
-                a_bits,
-                _bytes(mem.weights_bytes),
-                _bytes(mem.activation_bytes),
-            ]
-        )
-    layers = markdown_table(
-        ["layer", "type", "weight bits", "activation bits", "weights", "activation"], rows
-    )
-    return f"### {name}: `{graph.name}` ({graph.framework})\n\n{totals}\n\n{layers}\n"
+        w_bits = ", ".join(f"{w}: {c.n_bits}" for w, c in q.weights.items()) or (q.weights_float_reason or "-")
+        if q.activation:
+            a_bits = str(q.activation.n_bits)
+        elif q.fused_into:
+            a_bits = f"after {q.fused_into}"
+        else:
+            a_bits = "float" if n.name in kept else "-"
+        rows.append([f"`{n.name}`", n.layer_type, w_bits, a_bits, format_bytes(mem.weights_bytes),
+                     format_bytes(mem.activation_bytes)])  # fmt: skip
+    layers = markdown_table(["layer", "type", "weight bits", "activation bits", "weights", "activation"], rows)
+    reasons = "\n".join(f"- `{name}`: {reason}" for name, reason in kept.items())
+    kept_text = f"\n\nKept in float:\n\n{reasons}" if kept else ""
+    return f"### {run}: `{graph.name}` ({graph.framework})\n\n{totals_table}{kept_text}\n\n{layers}\n"

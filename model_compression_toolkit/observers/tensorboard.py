@@ -1,8 +1,8 @@
 """The TensorBoard observer: writes what a PTQ call reports into its call folder.
 
-    stage_finished(report)  -> <stage>/ runs (`stage_view`); at quantized_graph also the
+    stage_finished(report)  -> <n>_<stage>/ runs (`stage_view`); at quantized_graph also the
                                similarity and mixed-precision report files (`report_files`)
-    trial_finished(report)  -> baseline_acc_<score>/ (first trial) and tune_<n>_acc_<score>/
+    trial_finished(report)  -> tune_<n>_acc_<score>/ (`tuning_view`)
     tuning_finished(result) -> tuning/
 
 A write failure (disk full) never reaches the quantization: the observer warns once,
@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from model_compression_toolkit.core.memory import graph_memory
-from model_compression_toolkit.core.tuning import TuningResult, run_name
+from model_compression_toolkit.core.tuning import TuningResult
+from model_compression_toolkit.errors import warn_user
 from model_compression_toolkit.observers import tuning_view
 from model_compression_toolkit.observers.event_file import NullRunWriter, RunWriter
 from model_compression_toolkit.observers.log_folder import safe_run_path
 from model_compression_toolkit.observers.report_files import write_mixed_precision, write_similarity_report
 from model_compression_toolkit.observers.stage_view import write_stage
-from model_compression_toolkit.pipeline.events import StageReport, TrialReport
+from model_compression_toolkit.pipeline.events import Progress, StageReport, TrialReport
 
 logger = logging.getLogger("model_compression_toolkit")
 TUNING_RUN = "tuning"
@@ -45,11 +44,10 @@ class TensorBoardObserver:
         self.failed = False
         self.warnings = warnings_shown if warnings_shown is not None else []
         self._writers: list[RunWriter] = []
-        self._tags: list[str] = []  # the activation histogram tags every evaluation run holds
 
     # -------------------------------------------------------------- writers
     def _warn(self, message: str) -> None:
-        warnings.warn(message, RuntimeWarning, stacklevel=5)
+        warn_user(message, RuntimeWarning)
         logger.warning(message)
         self.warnings.append(message)
 
@@ -102,6 +100,9 @@ class TensorBoardObserver:
             self._warn(f"could not write report files into {self.call_folder}: {err}; quantization goes on")
 
     # -------------------------------------------------------------- events
+    def progress(self, progress: Progress) -> None:
+        pass  # shown by the console's observer, not logged
+
     def stage_finished(self, report: StageReport) -> None:
         start = time.perf_counter()
         path = self._in_runs(lambda open_writer: write_stage(open_writer, report))
@@ -116,23 +117,11 @@ class TensorBoardObserver:
             )  # fmt: skip
 
     def trial_finished(self, report: TrialReport) -> None:
-        trial, similarity = report.trial, report.similarity
-        if trial.n == 1:  # the baseline's histograms are the float side of trial 1's comparison
-            self._tags = list(similarity.histograms)
-            self._in_runs(
-                lambda open_writer: tuning_view.write_evaluation(
-                    open_writer(run_name(0, report.baseline_score)), report.float_graph,
-                    graph_memory(report.float_graph, quantized=False),
-                    tuning_view.activation_histograms(similarity.histograms, self._tags, quantized=False),
-                )
-            )  # fmt: skip
         self._in_runs(
             lambda open_writer: tuning_view.write_evaluation(
-                open_writer(trial.run_name), report.graph, report.memory,
-                tuning_view.activation_histograms(similarity.histograms, self._tags, quantized=True),
-                similarity=similarity.report,
+                open_writer(report.trial.run_name), report.graph, report.memory, report.similarity
             )
-        )  # fmt: skip
+        )
 
     def tuning_finished(self, result: TuningResult) -> None:
         self._in_runs(lambda open_writer: tuning_view.write_tuning(open_writer(TUNING_RUN), result))

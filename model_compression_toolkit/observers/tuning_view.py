@@ -1,38 +1,30 @@
-"""Accuracy-driven tuning in TensorBoard: one run per evaluation, compared in the run selector.
+"""Accuracy-driven tuning in TensorBoard: one run per evaluated trial, as LPOT names them.
 
-    <ptq run>/baseline_acc_97.2292/   Graphs      the float model's graph; `Resources` at float32
-                                      Histograms  <compare point>: float activations
-    <ptq run>/tune_1_acc_61.4610/     Graphs      the trial's quantized graph, coloured by error
-                                                  ("Color by device"); `Resources` at its bit-widths
-                                      Histograms  <compare point>: quantized activations
-    <ptq run>/tune_2_acc_96.9773/     ... the same tags, so each layer's fp32 and int8
-                                      histograms sit side by side
-    <ptq run>/tuning/                 Scalars     tuning/accuracy, tuning/drop (step = trial, 0 = baseline)
-                                      Text        tuning/trials (trial, layers kept float, score, drop, memory)
+    <call folder>/tune_1_acc_61.4610/  Graphs      the trial's quantized graph, coloured by error
+                                                   ("Color: Device"); `Resources` at its bit-widths
+                                       Histograms  <compare point>: step 0 the float model's output,
+                                                   step 1 this trial's, on the same bins
+    <call folder>/tune_2_acc_96.9773/  ... the same tags, so trials compare tag by tag
+    <call folder>/tuning/              Scalars     tuning/accuracy, tuning/drop (step = trial, 0 = float)
+                                       Text        tuning/trials (trial, layers kept float, score, drop, memory)
 
-Every function takes the writer and the data; with logging off the writer is disabled and
-nothing is built.
+The float model needs no run of its own: its graph is ``1_initial_graph`` and its outputs
+are step 0 of every histogram. Every function takes the writer and the data; with logging
+off the writer is disabled and nothing is built.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
-from tensorboard.compat.proto import summary_pb2
+from collections.abc import Mapping
 
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.memory import NodeMemory
-from model_compression_toolkit.core.similarity.analysis import PairHistogram
-from model_compression_toolkit.core.similarity.report import SimilarityReport
+from model_compression_toolkit.core.numbers import format_bytes
+from model_compression_toolkit.core.similarity.analysis import SimilarityResult
 from model_compression_toolkit.core.tuning import TuningResult
 from model_compression_toolkit.observers.event_file import RunWriter
-from model_compression_toolkit.observers.protos import (
-    RESOURCES_TAG,
-    graph_def,
-    histogram_proto,
-    run_metadata,
-)
-from model_compression_toolkit.observers.similarity_view import error_devices, metric_attrs
+from model_compression_toolkit.observers.similarity_view import histogram_titles, pair_histograms
+from model_compression_toolkit.observers.stage_view import stage_run, write_graph
 from model_compression_toolkit.observers.tables import markdown_table
 
 ACCURACY_TAG = "tuning/accuracy"
@@ -40,49 +32,24 @@ DROP_TAG = "tuning/drop"
 TRIALS_TAG = "tuning/trials"
 
 
-def activation_histograms(
-    histograms: Mapping[str, PairHistogram], tags: Sequence[str], quantized: bool
-) -> dict[str, summary_pb2.HistogramProto]:
-    """Tag = compare point name -> its float or quantized activation histogram (the pair's edges).
-
-    Only ``tags`` are written, so every evaluation run holds the same tags.
-    """
-    out = {}
-    for tag in tags:
-        pair = histograms.get(tag)
-        if pair is not None:
-            out[tag] = histogram_proto(pair.quantized_counts if quantized else pair.float_counts, pair.edges)
-    return out
-
-
 def write_evaluation(
-    writer: RunWriter,
-    graph: Graph,
-    memory: Mapping[str, NodeMemory],
-    histograms: Mapping[str, summary_pb2.HistogramProto],
-    similarity: SimilarityReport | None = None,
+    writer: RunWriter, graph: Graph, memory: Mapping[str, NodeMemory], similarity: SimilarityResult
 ) -> None:
-    """One evaluated model: its graph, `Resources` run metadata and activation histograms.
+    """One evaluated trial: its graph coloured by error, `Resources` run metadata, and its
+    compare points' histograms against the float model's.
 
     Args:
-        writer: the evaluation's run (``baseline_acc_<score>`` or ``tune_<n>_acc_<score>``).
-        graph: the float graph (baseline) or the trial's quantized graph.
+        writer: the trial's run (``tune_<n>_acc_<score>``).
+        graph: the trial's quantized graph.
         memory: bytes per node at the graph's bit-widths.
-        histograms: from `activation_histograms`.
-        similarity: the trial's report: nodes are coloured by error and carry its metrics.
+        similarity: the trial's comparison with the float model.
     """
     if writer.disabled:
         return
-    devices = error_devices(similarity) if similarity is not None else None
-    attrs = metric_attrs(similarity) if similarity is not None else None
-    writer.add_graph(graph_def(graph, memory, devices, attrs))
-    writer.add_run_metadata(RESOURCES_TAG, run_metadata(graph, memory, devices))
-    writer.add_histograms(histograms)
+    write_graph(writer, graph, memory, similarity.report)
+    pairs = {name: protos for name, pair in similarity.histograms.items() if (protos := pair_histograms(pair))}
+    writer.add_histogram_pairs(pairs, histogram_titles(similarity.report, pairs))
     writer.flush()
-
-
-def _kib(n: float) -> str:
-    return f"{n / 1024:.1f} KiB"
 
 
 def trials_markdown(result: TuningResult) -> str:
@@ -93,8 +60,8 @@ def trials_markdown(result: TuningResult) -> str:
             "all",
             f"{result.baseline_score:.4f}",
             "-",
-            _kib(result.baseline_weights_bytes),
-            f"`{result.baseline_run}`",
+            format_bytes(result.baseline_weights_bytes),
+            f"`{stage_run('initial_graph')}`",
         ]
     ]
     for t in result.trials:
@@ -106,7 +73,7 @@ def trials_markdown(result: TuningResult) -> str:
                 kept,
                 f"{t.score:.4f}",
                 result.format_drop(t.drop),
-                _kib(t.weights_bytes),
+                format_bytes(t.weights_bytes),
                 f"`{t.run_name}`",
             ]
         )

@@ -19,6 +19,7 @@ def pytorch_post_training_quantization(
     representative_data_gen: Callable[[], Any],
     core_config: CoreConfig | None = None,
     target_resource_utilization: ResourceUtilization | None = None,
+    run_name: str | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """Quantize a trained ``torch.nn.Module`` after training.
 
@@ -29,13 +30,16 @@ def pytorch_post_training_quantization(
         core_config: quantization and debug settings; defaults when None.
         target_resource_utilization: a weights memory budget; mixed precision then
             chooses each layer's weight bit-width (see `mct.core.MixedPrecisionConfig`).
+        run_name: a name for this call in TensorBoard's run names (its call folder is
+            ``<model>_<run_name>_<time>``); by default, what differs from the default
+            configuration (``w4``, ``float-5-out`` for a `KeepFloat` rule, ...).
 
     Returns:
         The fake-quantized model (a ``torch.fx.GraphModule`` in eval mode, same inputs
         and outputs as ``in_module``) and a `QuantizationInfo`.
     """
     return post_training_quantization(
-        in_module, representative_data_gen, core_config, "pytorch", target_resource_utilization
+        in_module, representative_data_gen, core_config, "pytorch", target_resource_utilization, run_name
     )
 
 
@@ -44,6 +48,7 @@ def keras_post_training_quantization(
     representative_data_gen: Callable[[], Any],
     core_config: CoreConfig | None = None,
     target_resource_utilization: ResourceUtilization | None = None,
+    run_name: str | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """Quantize a trained Keras 3 model (Functional or Sequential) after training.
 
@@ -53,13 +58,14 @@ def keras_post_training_quantization(
             channels-last batches.
         core_config: quantization and debug settings; defaults when None.
         target_resource_utilization: as for `pytorch_post_training_quantization`.
+        run_name: as for `pytorch_post_training_quantization`.
 
     Returns:
         The fake-quantized ``keras.Model`` (it saves to ``.keras`` and loads back with
         ``keras.models.load_model``) and a `QuantizationInfo`.
     """
     return post_training_quantization(
-        in_model, representative_data_gen, core_config, "keras", target_resource_utilization
+        in_model, representative_data_gen, core_config, "keras", target_resource_utilization, run_name
     )
 
 
@@ -69,6 +75,7 @@ def pytorch_tuned_post_training_quantization(
     evaluate: Callable[[Any], float],
     tuning_config: TuningConfig | None = None,
     core_config: CoreConfig | None = None,
+    run_name: str | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """PTQ that keeps the worst layers float until ``evaluate`` drops little enough.
 
@@ -79,13 +86,14 @@ def pytorch_tuned_post_training_quantization(
             called on the float model once and on each trial's quantized model.
         tuning_config: the allowed drop and the trial budget.
         core_config: as for `pytorch_post_training_quantization`.
+        run_name: as for `pytorch_post_training_quantization` (by default ending in ``tuned``).
 
     Returns:
         The best quantized model found and a `QuantizationInfo` whose ``tuning`` holds
         every trial. Each evaluation is a TensorBoard run in the call's log folder.
     """
     return tuned_post_training_quantization(
-        in_module, representative_data_gen, evaluate, tuning_config, core_config, "pytorch"
+        in_module, representative_data_gen, evaluate, tuning_config, core_config, "pytorch", run_name
     )
 
 
@@ -95,6 +103,7 @@ def keras_tuned_post_training_quantization(
     evaluate: Callable[[Any], float],
     tuning_config: TuningConfig | None = None,
     core_config: CoreConfig | None = None,
+    run_name: str | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """The Keras version of `pytorch_tuned_post_training_quantization`.
 
@@ -104,12 +113,13 @@ def keras_tuned_post_training_quantization(
         evaluate: model -> score, higher is better.
         tuning_config: the allowed drop and the trial budget.
         core_config: as for `keras_post_training_quantization`.
+        run_name: as for `pytorch_post_training_quantization`.
 
     Returns:
         The best quantized model found and a `QuantizationInfo` with ``tuning``.
     """
     return tuned_post_training_quantization(
-        in_model, representative_data_gen, evaluate, tuning_config, core_config, "keras"
+        in_model, representative_data_gen, evaluate, tuning_config, core_config, "keras", run_name
     )
 
 

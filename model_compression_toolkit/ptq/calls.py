@@ -14,9 +14,11 @@ from typing import Any
 
 from model_compression_toolkit.core.config import CoreConfig, DebugConfig, ResourceUtilization, TuningConfig
 from model_compression_toolkit.core.info import QuantizationInfo
+from model_compression_toolkit.core.numbers import format_bytes
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult
 from model_compression_toolkit.errors import ConfigurationError, ModelReadError
 from model_compression_toolkit.observers.call import CallLog, observe_call
+from model_compression_toolkit.observers.call_name import call_label
 from model_compression_toolkit.observers.log_folder import get_log_folder
 from model_compression_toolkit.pipeline.session import Session, produced_graph
 from model_compression_toolkit.pipeline.stages import compare_in_stage, quantize_in_stages
@@ -64,12 +66,13 @@ def _finish(info: QuantizationInfo, session: Session, call: CallLog) -> Quantiza
     info.log_folder = call.folder
     info.warnings += call.warnings
     LOG.info(
-        "quantized %s: weights %.1f KiB -> %.1f KiB, %d layers kept in float%s",
+        "quantized %s: weights %s -> %s, %d layers quantized, %d kept in float%s",
         session.model_name,
-        info.memory.weights_float_bytes / 1024,
-        info.memory.weights_quantized_bytes / 1024,
-        len(info.float_layers),
-        f"; logs in {call.folder}" if call.folder else "",
+        format_bytes(info.memory.weights_float_bytes),
+        format_bytes(info.memory.weights_quantized_bytes),
+        info.counts.quantized,
+        info.counts.kept_float,
+        f"; to see this call alone: tensorboard --logdir {call.folder}" if call.folder else "",
     )
     return info
 
@@ -80,13 +83,15 @@ def post_training_quantization(
     core_config: CoreConfig | None,
     framework: str,
     target_resource_utilization: ResourceUtilization | None = None,
+    run_name: str | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """Quantize ``model`` after training; the body of both public PTQ functions."""
     root = get_log_folder()
     config = resolve_config(core_config, logging_on=root is not None)
     target = check_target(target_resource_utilization)
     session = Session(model, representative_data_gen, config, get_backend(model, expected=framework), target)
-    with observe_call(session.model_name, root) as call:
+    label = call_label(run_name, config, budget=target is not None)
+    with observe_call(session.model_name, root, label) as call:
         result, info = quantize_in_stages(session, call.observer)
         return result.model, _finish(info, session, call)
 
@@ -98,6 +103,7 @@ def tuned_post_training_quantization(
     tuning_config: TuningConfig | None,
     core_config: CoreConfig | None,
     framework: str,
+    run_name: str | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """PTQ that keeps the worst layers float until ``evaluate`` drops little enough.
 
@@ -124,7 +130,7 @@ def tuned_post_training_quantization(
             "a relative max_drop is a fraction of the float model's score, which is 0; "
             "use an absolute max_drop (relative=False)"
         )
-    with observe_call(session.model_name, root) as call:
+    with observe_call(session.model_name, root, call_label(run_name, config, tuned=True)) as call:
         first, _ = quantize_in_stages(session, call.observer)
         if first.similarity is None:  # the ranking needs it, logged or not
             first.similarity = session.analyze(first.graph, q_model=first.model)

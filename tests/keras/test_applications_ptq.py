@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
+from model_compression_toolkit.observers.stage_view import stage_run
 from model_compression_toolkit.pipeline.events import STAGES
 from tests.tb import load, run_folders
 from tutorials.digits import digits_data, representative_dataset
@@ -32,11 +33,11 @@ def test_application_quantizes_with_every_stage_logged(name, tmp_path):
     q_model, info = mct.ptq.keras_post_training_quantization(model, representative_dataset(x, 2, 2), NO_SIMILARITY)
     (run,) = run_folders(tmp_path)
     for stage in STAGES:
-        acc = load(run / stage)
+        acc = load(run / stage_run(stage))
         names = {n.name for n in acc.Graph().node}
         assert len(names) >= 0.8 * len(info.layers), stage
         assert acc.RunMetadata("Resources").step_stats.dev_stats
-    assert load(run / "after_statistics_collection").Tags()["histograms"]
+    assert load(run / stage_run("thresholds_selection")).Tags()["histograms"]
     float_out, quant_out = np.asarray(model(x, training=False)), np.asarray(q_model(x, training=False))
     assert quant_out.shape == float_out.shape and np.isfinite(quant_out).all()
     assert sum(1 for layer in info.layers.values() if layer.weights) >= 10

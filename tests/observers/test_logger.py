@@ -14,9 +14,15 @@ from model_compression_toolkit.observers import event_file as ef
 from model_compression_toolkit.observers import log_folder as mct_logger
 from model_compression_toolkit.observers.call import observe_call
 from model_compression_toolkit.observers.log_folder import get_log_folder, set_log_folder
+from model_compression_toolkit.observers.stage_view import stage_run
 from model_compression_toolkit.observers.tensorboard import TensorBoardObserver
-from model_compression_toolkit.pipeline.events import STAGES, NullObserver
+from model_compression_toolkit.pipeline.events import STAGES
 from tests.observers.test_tensorboard import load, make_graph, make_reports
+
+
+def tensorboard_of(call):
+    """The call's TensorBoard observer (beside the console's progress display), or None."""
+    return next((o for o in call.observer.observers if isinstance(o, TensorBoardObserver)), None)
 
 LIB = logging.getLogger("model_compression_toolkit")
 
@@ -85,7 +91,7 @@ def test_an_unwritable_folder_fails_at_once(tmp_path, monkeypatch):
 def test_no_log_folder_means_a_null_observer_and_nothing_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with observe_call("m", get_log_folder()) as call:
-        assert call.folder is None and isinstance(call.observer, NullObserver)
+        assert call.folder is None and tensorboard_of(call) is None  # the console progress only
         reports, _ = make_reports(make_graph())
         for report in reports:
             call.observer.stage_finished(report)
@@ -95,7 +101,7 @@ def test_no_log_folder_means_a_null_observer_and_nothing_written(tmp_path, monke
 def test_run_folder_layout_and_log_file(tmp_path):
     set_log_folder(tmp_path)
     with observe_call("my_model", get_log_folder()) as run:
-        assert isinstance(run.observer, TensorBoardObserver)
+        assert isinstance(tensorboard_of(run), TensorBoardObserver)
         LIB.info("hello from the library")
         reports, _ = make_reports(make_graph())
         for report in reports:
@@ -105,7 +111,7 @@ def test_run_folder_layout_and_log_file(tmp_path):
     log = (run.folder / "mct.log").read_text()
     assert "hello from the library" in log
     assert all(f"stage {s}" in log for s in STAGES)
-    assert {p.name for p in run.folder.iterdir()} == {*STAGES, "mct.log"}
+    assert {p.name for p in run.folder.iterdir()} == {*map(stage_run, STAGES), "mct.log"}
 
 
 def test_two_runs_in_the_same_second_get_two_folders(tmp_path, monkeypatch):
@@ -127,10 +133,10 @@ def test_nothing_is_left_open_after_two_runs_even_on_error(tmp_path):
     with observe_call("ok", get_log_folder()) as run:
         for report in reports:
             run.observer.stage_finished(report)
-        run.observer.writer("extra").add_scalar("x", 1.0)
+        tensorboard_of(run).writer("extra").add_scalar("x", 1.0)
     with pytest.raises(RuntimeError, match="boom"), observe_call("fails", get_log_folder()) as run:
         run.observer.stage_finished(reports[0])
-        run.observer.writer("extra").add_scalar("x", 1.0)
+        tensorboard_of(run).writer("extra").add_scalar("x", 1.0)
         raise RuntimeError("boom")
     assert LIB.handlers == handlers
     leaked = {fd for fd in open_fds() - fds if str(tmp_path) in fd}
@@ -155,8 +161,8 @@ def test_hostile_names_write_nothing_outside_the_run_folder(tmp_path):
     with observe_call("../../evil model/ü", get_log_folder()) as run:
         for report in reports:
             run.observer.stage_finished(report)
-        run.observer.writer("../../escape").add_scalar("../x", 1.0)
-        run.observer.writer("sim/ ../ok").add_scalar("t", 1.0)
+        tensorboard_of(run).writer("../../escape").add_scalar("../x", 1.0)
+        tensorboard_of(run).writer("sim/ ../ok").add_scalar("t", 1.0)
     (only,) = list(logs.iterdir())
     assert only == run.folder
     assert list((tmp_path / "x").iterdir()) == []
@@ -164,8 +170,8 @@ def test_hostile_names_write_nothing_outside_the_run_folder(tmp_path):
     for path in all_files(logs):
         assert path.resolve().is_relative_to(run.folder.resolve())
         assert path.relative_to(logs).parts[0] == run.folder.name
-    acc = load(run.folder / "after_statistics_collection")
-    assert set(acc.Tags()["histograms"]) == set(hostile.values())  # tags keep the names
+    acc = load(run.folder / stage_run("thresholds_selection"))
+    assert set(acc.Tags()["histograms"]) == {hostile["conv"], hostile["add"]}  # tags keep the names
     assert {n.name for n in acc.Graph().node} >= {"a/b c", "ünï cødé ✓"}
 
 
@@ -178,15 +184,15 @@ def test_a_write_failure_warns_with_the_path_and_quantization_goes_on(tmp_path, 
         monkeypatch.setattr(ef.RunWriter, "_write", _disk_full)
         for report in reports[1:]:
             run.observer.stage_finished(report)  # must not raise
-        w = run.observer.writer("similarity")
+        w = tensorboard_of(run).writer("similarity")
         w.add_scalar("x", 1.0)
         w.flush()
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(messages) == 1
-    assert str(run.folder / reports[1].name) in messages[0] and "No space left" in messages[0]
-    assert run.observer.failed
+    assert str(run.folder / stage_run(reports[1].name)) in messages[0] and "No space left" in messages[0]
+    assert tensorboard_of(run).failed
     monkeypatch.undo()
-    first = load(run.folder / reports[0].name)  # written before the failure: still readable
+    first = load(run.folder / stage_run(reports[0].name))  # written before the failure: still readable
     assert [n.name for n in first.Graph().node] == [n.name for n in reports[0].graph.nodes()]
     assert not (run.folder / "similarity").exists()
     assert LIB.handlers == [h for h in LIB.handlers if not isinstance(h, logging.FileHandler)]

@@ -19,12 +19,15 @@ from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import (
     ActivationQuantConfig,
     NodeQuantConfig,
+    QuantGrid,
     WeightsQuantConfig,
 )
 from model_compression_toolkit.observers import event_file as ef
 from model_compression_toolkit.observers import protos as tb
 from model_compression_toolkit.observers.call import observe_call
+from model_compression_toolkit.observers.graph_view import graph_attrs
 from model_compression_toolkit.observers.log_folder import get_log_folder, safe_run_path, set_log_folder
+from model_compression_toolkit.observers.stage_view import stage_run
 from model_compression_toolkit.observers.tensorboard import TensorBoardObserver
 from model_compression_toolkit.pipeline.events import STAGES, NodeMemory, StageReport
 
@@ -32,6 +35,10 @@ SYM, MSE = QuantizationMethod.SYMMETRIC, QuantizationErrorMethod.MSE
 
 
 # ---------------------------------------------------------------- a small graph by hand
+def signed_grid(threshold: float) -> QuantGrid:
+    return QuantGrid(np.array(threshold / 128), np.array(0.0), -128, 127)
+
+
 def make_graph(names: dict[str, str] | None = None, channels: int = 4) -> Graph:
     """input -> conv -> split --(out 0)--> add <--(out 1)-- split ; add -> dense.
 
@@ -42,7 +49,7 @@ def make_graph(names: dict[str, str] | None = None, channels: int = 4) -> Graph:
     g = Graph("tiny", "pytorch")
     g.add_node(Node(n["input"], OpKind.INPUT, "Input", output_shapes=[(None, 3, 8, 8)]))
     conv_q = NodeQuantConfig(
-        activation=ActivationQuantConfig(8, SYM, MSE, signed=True, threshold=2.5),
+        activation=ActivationQuantConfig(8, SYM, MSE, signed=True, threshold=2.5, grid=signed_grid(2.5)),
         weights={
             "kernel": WeightsQuantConfig(8, SYM, MSE, True, (0,), threshold=np.linspace(0.1, 0.4, channels))
         },
@@ -64,7 +71,9 @@ def make_graph(names: dict[str, str] | None = None, channels: int = 4) -> Graph:
             OpKind.ADD,
             "add",
             output_shapes=[(None, channels // 2, 8, 8)],
-            quant=NodeQuantConfig(activation=ActivationQuantConfig(8, SYM, MSE, signed=True, threshold=3.0)),
+            quant=NodeQuantConfig(
+                activation=ActivationQuantConfig(8, SYM, MSE, signed=True, threshold=3.0, grid=signed_grid(3.0))
+            ),
         )
     )
     g.add_node(Node(
@@ -153,36 +162,68 @@ def test_scalar_series_events_put_every_tag_of_a_step_in_one_event():
 
 
 # ---------------------------------------------------------------- pure builders
+def graph_def(g: Graph, **kwargs):
+    return tb.graph_def(g, graph_attrs(g, make_memory(g)), **kwargs)
+
+
 def test_graph_def_nodes_edges_shapes_and_quantization():
     g = make_graph()
-    gd = tb.graph_def(g, make_memory(g))
-    nodes = {n.name: n for n in gd.node}
+    nodes = {n.name: n for n in graph_def(g).node}
     assert list(nodes) == [n.name for n in g.nodes()]
     assert list(nodes["add"].input) == ["split", "split:1"]
     assert list(nodes["conv"].input) == ["input"]
     conv = nodes["conv"]
     assert conv.op == "Conv2d" and conv.device == "/device:Conv2d:0"
-    assert list(conv.attr["kernel_size"].list.i) == [3, 3]
-    assert conv.attr["padding"].s == b"same"
-    assert conv.attr["kind"].s == b"conv"
-    assert conv.attr["weights.kernel.n_bits"].i == 8
-    assert conv.attr["weights.kernel.method"].s == b"symmetric"
-    assert conv.attr["weights.kernel.per_channel"].b is True
-    assert (
-        b"min 0.1" in conv.attr["weights.kernel.threshold"].s
-        and b"max 0.4" in conv.attr["weights.kernel.threshold"].s
-    )
-    assert conv.attr["activation.threshold"].f == 2.5 and conv.attr["activation.signed"].b is True
+    assert list(conv.attr["pytorch.kernel_size"].list.i) == [3, 3]  # the framework's own, kept apart
+    assert conv.attr["pytorch.padding"].s == b"same"
+    assert conv.attr["layer.kind"].s == b"conv"
+    assert conv.attr["quantization.weights.kernel.n_bits"].i == 8
+    assert conv.attr["quantization.weights.kernel.method"].s == b"symmetric"
+    assert conv.attr["quantization.weights.kernel.per_channel"].b is True
+    assert conv.attr["quantization.weights.kernel.threshold_min"].f == pytest.approx(0.1)  # numbers as numbers
+    assert conv.attr["quantization.weights.kernel.threshold_max"].f == pytest.approx(0.4)
+    assert conv.attr["quantization.activation.threshold"].f == 2.5
+    assert conv.attr["quantization.activation.signed"].b is True
     assert conv.attr["memory.weights_bytes"].i == 4 * (4 * 27 + 4)
-    assert nodes["split"].attr["activation.float_reason"].s == b"unknown op"
-    assert nodes["split"].attr["quantization"].s == b"float"
+    assert nodes["split"].attr["quantization.float_reason"].s == b"unknown op"
+    assert nodes["split"].attr["quantization.bits"].s == b"A float"
     shapes = nodes["split"].attr["_output_shapes"].list.shape
     assert [[d.size for d in s.dim] for s in shapes] == [[-1, 2, 8, 8]] * 2
 
 
-def test_graph_def_device_override():
+def test_the_node_panel_lists_one_plain_line_first():
+    """TensorBoard lists a node's attributes in reverse alphabetical order: the line in words
+    sorts after every other key, and the groups read top down."""
     g = make_graph()
-    gd = tb.graph_def(g, make_memory(g), devices={"conv": "error: high"})
+    for node in graph_def(g).node:
+        keys = sorted((k for k in node.attr if k != "_output_shapes"), reverse=True)
+        assert keys[0] == tb.IN_SHORT, keys
+        groups = [k.split(".")[0] for k in keys[1:]]
+        assert groups == sorted(groups, reverse=True)
+    conv = {n.name: n for n in graph_def(g).node}["conv"].attr[tb.IN_SHORT].s.decode()
+    assert conv == "W8 per channel, A8 signed, threshold 2.5, step 0.01953", conv
+    fused = make_graph()
+    fused.node("conv").quant = NodeQuantConfig(weights=fused.node("conv").quant.weights, fused_into="split",
+                                               activation_float_reason="fused with the activation 'split'")
+    attrs = graph_attrs(fused, make_memory(fused))["conv"]
+    assert attrs[tb.IN_SHORT] == "W8 per channel, output quantized after 'split'"
+    assert attrs["quantization.activation.quantized_after"] == "split"
+    assert not any("float_reason" in k for k in attrs)  # nothing of a fused conv is float
+
+
+def test_integer_layer_names_are_bracketed_so_tensorboard_keeps_the_graph_order():
+    g = make_graph({"conv": "0", "split": "12", "add": "007", "dense": "a/3"})
+    names = [n.name for n in graph_def(g).node]
+    assert names == ["input", "[0]", "[12]", "007", "a/[3]"]
+    meta = tb.run_metadata(g, make_memory(g))
+    assert {ns.node_name for dev in meta.step_stats.dev_stats for ns in dev.node_stats} == set(names)
+
+
+def test_graph_def_device_override_and_legend_first():
+    g = make_graph()
+    legend = [("colour legend/high", tb.device_name("high", 1)), ("colour legend/low", tb.device_name("low", 4))]
+    gd = graph_def(g, devices={"conv": tb.device_name("error: high")}, legend=legend)
+    assert [(n.name, n.device) for n in gd.node[:2]] == legend and not gd.node[0].input
     assert {n.name: n.device for n in gd.node}["conv"] == "/device:error_ high:0"
 
 
@@ -191,7 +232,7 @@ def test_run_metadata_one_entry_per_node_with_its_memory():
     memory = make_memory(g)
     meta = tb.run_metadata(g, memory)
     stats = {ns.node_name: (dev.device, ns) for dev in meta.step_stats.dev_stats for ns in dev.node_stats}
-    gd = tb.graph_def(g, memory)
+    gd = graph_def(g)
     assert set(stats) == {n.name for n in gd.node}
     for node in gd.node:
         device, ns = stats[node.name]
@@ -204,7 +245,7 @@ def test_run_metadata_one_entry_per_node_with_its_memory():
 
 def test_hostile_graph_names_stay_parseable():
     g = make_graph({"split": "a:1", "add": "^b//c/"})
-    names = {n.name for n in tb.graph_def(g, make_memory(g)).node}
+    names = {n.name for n in graph_def(g).node}
     assert "a_1" in names and "b/c" in names
 
 
@@ -272,12 +313,13 @@ def test_every_stage_round_trips_through_tensorboard(tmp_path):
     mux = pem.EventMultiplexer().AddRunsFromDirectory(str(folder))
     mux.Reload()
     runs = set(mux.Runs())
-    assert set(STAGES) <= runs
-    for stage in ("after_statistics_collection", "thresholds_selection"):
-        assert {f"{stage}/{k}_per_channel" for k in ("min", "max", "mean")} <= runs
+    statistics = stage_run("after_statistics_collection")
+    per_channel = {f"{statistics}/{k}_per_channel" for k in ("min", "max", "mean")}
+    assert runs == {stage_run(s) for s in STAGES} | per_channel  # 8 runs, in pipeline order by name
+    assert sorted(runs) == [*(stage_run(s) for s in STAGES[:3]), *sorted(per_channel), *map(stage_run, STAGES[3:])]
     edges = {(e.src, e.dst, e.src_index) for e in g.edges()}
     for stage in STAGES:
-        acc = load(folder / stage)
+        acc = load(folder / stage_run(stage))
         gd = acc.Graph()
         assert [n.name for n in gd.node] == [n.name for n in g.nodes()]
         read_edges = set()
@@ -294,39 +336,47 @@ def test_every_stage_round_trips_through_tensorboard(tmp_path):
         (text,) = acc.Tensors("summary")
         markdown = text.tensor_proto.string_val[0].decode()
         assert "| layers | 5 |" in markdown and "quantized layers" in markdown and "total memory" in markdown
+        assert "| layers kept in float | 3 |" in markdown  # input, unknown op and dense: no quantizer
+        assert "- `split`: unknown op" in markdown
         assert text.tensor_proto.dtype == 7  # DT_STRING
         for event in [text, *(e for t in acc.Tags()["histograms"] for e in acc.Histograms(t))]:
             assert start - 1 <= event.wall_time <= time.time() + 1
-    assert "summary" in load(folder / "initial_graph").PluginTagToContent("text")
+    assert "summary" in load(folder / stage_run("initial_graph")).PluginTagToContent("text")
 
 
 def test_activation_histograms_and_per_channel_scalars(tmp_path):
     folder, g, acts = write_run(tmp_path)
-    acc = load(folder / "after_statistics_collection")
-    assert set(acc.Tags()["histograms"]) == {n.name for n in g.nodes()}
-    for name, values in acts.items():
-        (event,) = acc.Histograms(name)
-        h = event.histogram_value
+    acc = load(folder / stage_run("thresholds_selection"))
+    with_grid = {n.name for n in g.nodes() if n.quant.activation is not None}
+    assert set(acc.Tags()["histograms"]) == with_grid == {"conv", "add"}
+    for name in with_grid:
+        values = acts[name]
+        events = acc.Histograms(name)
+        assert [e.step for e in events] == [0, 1]  # float, then through its grid: one card, two steps
+        h, through = (e.histogram_value for e in events)
         _, edges = np.histogram(values.ravel(), bins=64)
-        assert h.num == values.size == sum(h.bucket)
+        assert h.num == values.size == sum(h.bucket) == sum(through.bucket)
         assert h.sum == values.sum() and h.sum_squares == pytest.approx((values**2).sum(), rel=1e-15)
         assert set(h.bucket_limit) <= set(edges[1:]) and h.bucket_limit[-1] == edges[-1]
+        assert set(through.bucket_limit) <= set(edges[1:])  # the same bins
         assert (h.min, h.max) == (values.min(), values.max())
+    assert not load(folder / stage_run("after_statistics_collection")).Tags()["histograms"]
     for kind, fn in (("min", np.min), ("max", np.max), ("mean", np.mean)):
-        scalars = load(folder / "after_statistics_collection" / f"{kind}_per_channel")
+        scalars = load(folder / stage_run("after_statistics_collection") / f"{kind}_per_channel")
         assert set(scalars.Tags()["scalars"]) == set(acts)
         for name, values in acts.items():
             events = scalars.Scalars(name)
             expected = fn(np.moveaxis(values, 1, 0).reshape(values.shape[1], -1), axis=1)
             assert [e.step for e in events] == list(range(values.shape[1]))
             np.testing.assert_allclose([e.value for e in events], expected, rtol=1e-6)
+    images = load(folder / stage_run("thresholds_selection")).Tags()["images"]
+    assert sorted(images) == ["Per-channel ranges/001_conv", "Per-channel ranges/002_add"]
 
 
 def test_quantized_graph_weight_histograms_share_bins(tmp_path):
     folder, g, _ = write_run(tmp_path)
-    acc = load(folder / "quantized_graph")
-    f = acc.Histograms("conv/weights/float")[0].histogram_value
-    q = acc.Histograms("conv/weights/quantized")[0].histogram_value
+    acc = load(folder / stage_run("quantized_graph"))
+    f, q = (e.histogram_value for e in acc.Histograms("conv/weights"))
     kernel = g.node("conv").weights["kernel"]
     assert f.num == q.num == kernel.size
     lo, hi = min(f.min, q.min), max(f.max, q.max)
@@ -347,7 +397,8 @@ def test_extra_runs_and_images_through_the_run_context(tmp_path):
     with observe_call("m", get_log_folder()) as run:
         fig = Figure(figsize=(2, 2), dpi=40)
         fig.add_subplot().plot([1, 2])
-        w = run.observer.writer("similarity")
+        (observer,) = [o for o in run.observer.observers if isinstance(o, TensorBoardObserver)]
+        w = observer.writer("similarity")
         w.add_image("cosine", tb.figure_to_png(fig), step=3)
         w.add_scalar("score", 0.5, step=1)
         w.flush()
@@ -399,7 +450,7 @@ def test_a_wide_model_gets_every_channel_of_every_layer(tmp_path):
     sink.stage_finished(StageReport("initial_graph", g, memory))
     sink.stage_finished(StageReport("after_statistics_collection", g, memory, statistics=stats))
     sink.close()
-    acc = load(tmp_path / "after_statistics_collection" / "max_per_channel")
+    acc = load(tmp_path / stage_run("after_statistics_collection") / "max_per_channel")
     assert len(acc.Scalars("block_59/conv")) == 2048
 
 

@@ -21,6 +21,7 @@ from model_compression_toolkit.errors import (
     RepresentativeDataError,
     UnsupportedFrameworkError,
 )
+from model_compression_toolkit.observers.stage_view import stage_run
 from tests.robustness.helpers import no_similarity, tree
 from tests.tb import load, run_folders
 
@@ -341,4 +342,4 @@ def test_a_bad_later_batch_gets_a_typed_error_naming_it_and_leaves_a_clean_parti
         fw.ptq(model, lambda: [[batch], make_bad(fw, batch)], no_similarity())
     (run,) = run_folders(logs)
     for stage in ("initial_graph", "after_graph_preparation"):
-        assert load(run / stage).Tags()["graph"]
+        assert load(run / stage_run(stage)).Tags()["graph"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from model_compression_toolkit.observers.stage_view import stage_run
 from tests.robustness.helpers import assert_complete_run, start_worker, worker_result
 from tests.tb import load
 
@@ -26,4 +27,4 @@ def test_a_thousand_layer_model_quantizes_and_logs_with_bounded_memory(tmp_path)
     assert result["layers"] >= 1000  # the input, 500 linear layers and 500 ReLUs (no layer lost)
     run = Path(result["run"])
     assert_complete_run(run)
-    assert len(load(run / "initial_graph").Graph().node) == 1001
+    assert len(load(run / stage_run("initial_graph")).Graph().node) == 1001

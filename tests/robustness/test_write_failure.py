@@ -15,10 +15,11 @@ import pytest
 
 import model_compression_toolkit as mct
 from model_compression_toolkit.observers import event_file
+from model_compression_toolkit.observers.stage_view import stage_run
 from tests.robustness.helpers import no_similarity
 from tests.tb import load, run_folders
 
-FAILING_STAGE = "after_statistics_collection"
+FAILING_STAGE = stage_run("after_statistics_collection")
 
 
 class _FullDisk:
@@ -37,7 +38,7 @@ class _FullDisk:
 def _open_filling_up(path, mode="r", *args, **kwargs):
     """``open`` as the event writer sees it: files of the failing stage onward hit a full disk."""
     real = open(path, mode, *args, **kwargs)
-    late = {FAILING_STAGE, "thresholds_selection", "quantized_graph", "similarity"}
+    late = {FAILING_STAGE, stage_run("thresholds_selection"), stage_run("quantized_graph")}
     if "w" in mode and late & set(Path(path).parts):
         return _FullDisk(real)
     return real
@@ -81,16 +82,16 @@ def test_an_injected_enospc_keeps_ptq_going_warns_once_and_keeps_earlier_stages(
     assert len(stopped) == 1, stopped
     assert str(run / FAILING_STAGE) in stopped[0] and "No space left on device" in stopped[0]
     for stage in ("initial_graph", "after_graph_preparation"):
-        acc = load(run / stage)
+        acc = load(run / stage_run(stage))
         assert len(acc.Graph().node) > 5 and acc.Tags()["run_metadata"] == ["Resources"], stage
     load(run / FAILING_STAGE)  # what little was written does not break TensorBoard's loader
-    assert not (run / "quantized_graph").exists()  # logging stopped for this run
+    assert not (run / stage_run("quantized_graph")).exists()  # logging stopped for this run
     assert "stage quantized_graph done" in (run / "mct.log").read_text(encoding="utf-8")
 
     monkeypatch.undo()
     _, info2, stopped2 = _ptq_catching_warnings(fw, model, data_gen, no_similarity())
     assert not stopped2
-    assert load(info2.log_folder / "quantized_graph").Tags()["graph"]  # the failure was for that run only
+    assert load(info2.log_folder / stage_run("quantized_graph")).Tags()["graph"]  # the failure was for that run only
 
 
 def _mount_tiny_tmpfs(where: Path, size: str) -> None:
@@ -125,7 +126,7 @@ def _check_full_disk_run(fw, disk, config):
     (run,) = run_folders(disk / "logs")
     assert len(stopped) == 1 and str(run) in stopped[0] and "No space left on device" in stopped[0], stopped
     for stage in ("initial_graph", "after_graph_preparation"):
-        assert len(load(run / stage).Graph().node) > 5, stage
+        assert len(load(run / stage_run(stage)).Graph().node) > 5, stage
     for folder in run.rglob("*"):
         if folder.is_dir():
             load(folder)  # every partly written run still loads
