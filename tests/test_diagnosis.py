@@ -72,9 +72,8 @@ def test_case_e_a_model_with_nothing_wrong_has_no_cause(fw, trained_digits):
     assert quantized >= float_acc - 1.0
     assert report.causes() == [] and len(report.suggested_fix()) == 0, report.summary()
     assert all(layer.role is None for layer in report.layers)
-    measured = [q for q in report.quantizers if q.output_sqnr_db is not None]
-    assert len(measured) == len(report.quantizers)  # a small model: every quantizer measured
-    assert min(q.output_sqnr_db for q in measured) > 20 + 3  # clear of the cause bound
+    # nothing needed its impact measured: every quantizer's own error is low
+    assert all(q.output_sqnr_db is None and q.own_db > 30 for q in report.quantizers)
 
 
 @pytest.mark.parametrize("bad_value", ["x", -1, True])

@@ -134,8 +134,8 @@ class DebugConfig:
         impact_samples: the first samples on which each quantizer's damage to the model
             output, with that quantizer alone switched on, is measured (the ranking of
             causes and the suggested fix; see the similarity docs).
-        max_impact_quantizers: how many quantizers at most get that measure (all of them
-            when the model has no more; else those whose own error is largest).
+        max_impact_quantizers: how many quantizers at most get that measure: those whose
+            own error is not negligible, the largest first.
     """
 
     analyze_similarity: bool | None = None

@@ -249,7 +249,7 @@ def analyze(
             analysis's quantized model reuses where the backend can (`Backend.build`).
         impact_samples: the first samples each quantizer's output impact is measured on.
         max_impact_quantizers: how many quantizers at most get their impact measured
-            (all of them when the model has no more).
+            (those whose own error is not negligible, the largest first).
     """
     backend, reference = float_model.backend, float_model.reference
     plan = Comparison.of(float_model.graph, q_graph)

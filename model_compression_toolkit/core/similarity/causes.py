@@ -205,12 +205,10 @@ class ImpactProbe:
 
 
 def measure_impacts(probe: ImpactProbe, entries: list[QuantizerEntry], limit: int) -> None:
-    """Set ``output_sqnr_db`` of the entries that could matter (all of them when there are
-    at most ``limit``; else the ``limit`` candidates with the worst own error), then rank
-    every entry and flag the causes."""
-    chosen = entries if len(entries) <= limit else sorted(
-        (e for e in entries if e.is_candidate), key=lambda e: (e.own_db, -(e.zero_rounded_percent or 0.0))
-    )[:limit]
+    """Set ``output_sqnr_db`` of the entries that could matter (the ``limit`` candidates
+    with the worst own error), then rank every entry and flag the causes."""
+    candidates = [e for e in entries if e.is_candidate]
+    chosen = sorted(candidates, key=lambda e: (e.own_db, -(e.zero_rounded_percent or 0.0)))[:limit]
     for entry in chosen:
         entry.output_sqnr_db = probe.output_sqnr_db(isolate(probe.graph, entry))
     for entry in entries:
