@@ -23,7 +23,7 @@ DEGENERATE = {
     "constant": (np.full_like(REAL, 0.5), "every value is 0.5"),
     "nan": (np.full_like(REAL, np.nan), "no finite value"),
     "inf": (np.full_like(REAL, np.inf), "no finite value"),
-    "1e30": (REAL * np.float32(1e30), "1e+30"),
+    "1e30": (REAL * np.float32(1e30), "e+30 in magnitude"),
 }
 
 

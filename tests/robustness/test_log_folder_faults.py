@@ -36,7 +36,9 @@ def _ptq_with(fw, while_reading, config=None):
 
 
 @pytest.mark.parametrize("deleted", ["call folder", "log folder"])
-def test_a_folder_deleted_mid_run_is_one_warning_saying_what_was_lost_and_is_not_recreated(fw, tmp_path, deleted):
+def test_a_folder_deleted_mid_run_is_one_warning_saying_what_was_lost_and_is_not_recreated(
+    fw, tmp_path, deleted
+):
     """The call folder (or the whole log folder) removed while statistics are collected: one
     warning names the folder and what was lost with it (the stages written so far and
     mct.log), nothing is recreated behind the user's back, and the model comes back."""
@@ -126,4 +128,7 @@ def test_a_failed_run_records_its_exception_in_mct_log_and_the_last_stage_summar
     summaries = load(call / WRITTEN_BEFORE[-1]).Tensors("summary")
     last = summaries[-1].tensor_proto.string_val[0].decode("utf-8")
     assert len(summaries) == 2 and "this run is incomplete" in last and "RepresentativeDataError" in last
-    assert "incomplete" not in load(call / WRITTEN_BEFORE[0]).Tensors("summary")[-1].tensor_proto.string_val[0].decode()
+    assert (
+        "incomplete"
+        not in load(call / WRITTEN_BEFORE[0]).Tensors("summary")[-1].tensor_proto.string_val[0].decode()
+    )

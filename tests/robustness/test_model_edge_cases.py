@@ -98,7 +98,9 @@ def test_a_meta_device_model_is_refused_before_anything_is_written(tmp_path):
         model = nn.Sequential(nn.Linear(8, 4), nn.ReLU()).eval()
     mct.set_log_folder(tmp_path)
     with pytest.raises(ModelReadError, match="'meta' device") as err:
-        mct.ptq.pytorch_post_training_quantization(model, lambda: [[RNG.standard_normal((2, 8)).astype(np.float32)]])
+        mct.ptq.pytorch_post_training_quantization(
+            model, lambda: [[RNG.standard_normal((2, 8)).astype(np.float32)]]
+        )
     assert "load_state_dict" in str(err.value) and "0.weight" in str(err.value)
     assert list(tmp_path.iterdir()) == []
 
@@ -152,7 +154,9 @@ def test_a_keras_lambda_layer_error_gives_the_advice_that_works():
     x = keras.layers.Lambda(lambda t: t * 2.0, name="double")(keras.layers.Dense(4)(inputs))
     model = keras.Model(inputs, x)
     with pytest.raises(ModelReadError) as err:
-        mct.ptq.keras_post_training_quantization(model, lambda: [[RNG.standard_normal((4, 8)).astype(np.float32)]])
+        mct.ptq.keras_post_training_quantization(
+            model, lambda: [[RNG.standard_normal((4, 8)).astype(np.float32)]]
+        )
     message = str(err.value)
     assert "'double'" in message and "keras.config.enable_unsafe_deserialization()" in message, message
     assert "Make get_config()" not in message
