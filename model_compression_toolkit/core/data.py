@@ -49,6 +49,7 @@ class RepresentativeData:
         self._first: Batch | None = None
         self._rest: Iterator[Any] | None = None
         self._length: int | None = None  # len() of what representative_data_gen() returned, if it has one
+        self._open: list[Iterator[Any]] = []  # iterations started and not yet closed
         self._shapes: list[tuple | None] = []  # the input shapes the model declares
         self.samples_read = 0  # samples of the last full pass (`batches`)
         try:
@@ -70,6 +71,7 @@ class RepresentativeData:
             self._length = len(iterable)
         except TypeError:  # a generator: its length is known only once it ends
             self._length = None
+        self._open.append(iterator)
         return iterator
 
     def _convert(self, batch: Any, index: int) -> Batch:
@@ -161,7 +163,7 @@ class RepresentativeData:
                 self.samples_read += len(arrays[0]) if arrays and arrays[0].ndim else 1
                 yield arrays
         finally:
-            _close(rest)
+            self._close(rest)
 
     def samples(self, n: int) -> Iterator[Batch]:
         """Batches of a fresh iteration, cut so that exactly the first ``n`` samples are served."""
@@ -176,19 +178,21 @@ class RepresentativeData:
                 if left <= 0:
                     return
         finally:
-            _close(iterator)
+            self._close(iterator)
 
     def close(self) -> None:
-        """Close the iteration the first batch came from, if no pass has taken it over."""
-        rest, self._rest = self._rest, None
-        _close(rest)
+        """Close every iteration of the user's data still open: the one the first batch came
+        from, and any a pass left suspended (a call that failed or was interrupted)."""
+        self._rest = None
+        for iterator in list(self._open):
+            self._close(iterator)
 
-
-def _close(iterator: Any) -> None:
-    """Close a generator (its ``finally`` runs now, not whenever it is collected)."""
-    close = getattr(iterator, "close", None)
-    if callable(close):
-        close()
+    def _close(self, iterator: Any) -> None:
+        """Close a generator (its ``finally`` runs now, not whenever it is collected)."""
+        self._open = [it for it in self._open if it is not iterator]
+        close = getattr(iterator, "close", None)
+        if callable(close):
+            close()
 
 
 def _fits(shape: tuple, want: tuple) -> bool:

@@ -12,6 +12,7 @@ import pytest
 from tensorboard.compat.proto import event_pb2
 
 import model_compression_toolkit as mct
+from model_compression_toolkit.core.calibration.statistics import StatisticsCollector
 from model_compression_toolkit.observers import event_file
 from tests.robustness.helpers import small_mlp
 from tests.tb import run_folders
@@ -38,12 +39,16 @@ def _progress_bars() -> int:
     return len(getattr(tqdm, "_instances", ()))
 
 
-@pytest.mark.parametrize("where", ["opening the first run", "opening a later run", "reading a batch"])
+WHERE = ["opening the first run", "opening a later run", "reading a batch", "collecting statistics"]
+
+
+@pytest.mark.parametrize("where", WHERE)
 def test_ctrl_c_anywhere_leaves_no_open_file_handler_thread_or_running_generator(
     fw, tmp_path, monkeypatch, where
 ):
-    """A KeyboardInterrupt while a run's event file is being opened (its first record) or
-    while a batch is read: the interrupt reaches the caller, and even with its traceback
+    """A KeyboardInterrupt while a run's event file is being opened (its first record), while
+    a batch is read, or while one is reduced to statistics (the user's generator suspended
+    mid-iteration): the interrupt reaches the caller, and even with its traceback
     kept alive (as a notebook keeps the last one), no file of the log folder is open, the
     mct.log handler is gone, no thread or progress bar is left and the user's generator was
     closed (its ``finally`` ran). mct.log says the run was interrupted."""
@@ -62,7 +67,16 @@ def test_ctrl_c_anywhere_leaves_no_open_file_handler_thread_or_running_generator
         finally:
             closed.set()
 
-    if where != "reading a batch":
+    if where == "collecting statistics":
+        real_update, updates = StatisticsCollector.update, itertools.count(1)
+
+        def update_or_interrupt(self, x):
+            if next(updates) == 4:  # the first update of the second batch (3 activations a batch)
+                raise KeyboardInterrupt
+            return real_update(self, x)
+
+        monkeypatch.setattr(StatisticsCollector, "update", update_or_interrupt)
+    elif where != "reading a batch":
         real, opened = event_file.frame_record, itertools.count(1)
         stop_at = 1 if where == "opening the first run" else 2  # the 1st or the 2nd event file opened
 
