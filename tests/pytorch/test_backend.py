@@ -314,11 +314,12 @@ def test_user_model_is_left_unchanged():
     model.features[0].register_forward_hook(lambda *args: calls.append(1))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     graph, _ = BACKEND.read(model, sample)
+    assert calls == [1]  # the read ran its copy once with the hook, to see it does not change the output
     built = BACKEND.build(graph, quantized=False)
     BACKEND.forward(built, sample)
     outputs = BACKEND.forward(model, sample)  # in eval mode, yet the flag stays True
     assert model.training and all(m.training for m in model.modules())
-    assert calls == [1]  # only the user's own run called the user's hook
+    assert calls == [1, 1]  # then only the user's own run called the user's hook
     assert len(model.features[0]._forward_hooks) == 1
     assert all(p.requires_grad for p in model.parameters())
     for k, v in model.state_dict().items():
