@@ -6,7 +6,7 @@
 """
 
 from model_compression_toolkit import core, errors, ptq
-from model_compression_toolkit.observers.log_folder import get_log_folder, set_log_folder
+from model_compression_toolkit.observers.log_folder import get_log_folder, log_folder, set_log_folder
 from model_compression_toolkit.ptq import (
     keras_post_training_quantization,
     pytorch_post_training_quantization,
@@ -21,6 +21,7 @@ __all__ = [
     "errors",
     "get_log_folder",
     "keras_post_training_quantization",
+    "log_folder",
     "ptq",
     "pytorch_post_training_quantization",
     "set_log_folder",

@@ -41,3 +41,7 @@ class ResourceBudgetError(MCTError, ValueError):
 
 class LayerSelectionError(MCTError, ValueError):
     """A layer name, pattern or type given by the user matches no layer of the model."""
+
+
+class ModelWeightsError(MCTError, ValueError):
+    """The model's weights hold values that cannot be quantized (NaN or infinity)."""

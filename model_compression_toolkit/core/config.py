@@ -83,6 +83,11 @@ class QuantizationConfig:
         weights_bias_correction: correct the bias of each layer with quantized weights
             for the mean shift the quantized kernel causes, ``(Wq - W) * mean(input)``,
             as MCT does by default (see `core.calibration.bias_correction`).
+        calibration_batches: at most this many batches of ``representative_data_gen`` are
+            read to collect the statistics (MCT 1.x's ``n_iter``), so that a generator that
+            never ends is read for a bounded time; None reads every batch (the generator
+            must end). The progress display shows the number, and the log says when the
+            reading stopped at it.
     """
 
     weights_n_bits: int = 8
@@ -95,6 +100,7 @@ class QuantizationConfig:
     l_p_value: float = 2.0
     histogram_bins: int = 2048
     weights_bias_correction: bool = True
+    calibration_batches: int | None = 500
 
     def validate(self) -> None:
         if not isinstance(self.weights_bias_correction, bool):
@@ -114,6 +120,12 @@ class QuantizationConfig:
         if not isinstance(self.histogram_bins, int) or not 16 <= self.histogram_bins <= 65536:
             raise ConfigurationError(
                 f"histogram_bins must be an integer from 16 to 65536; got {self.histogram_bins!r}"
+            )
+        batches = self.calibration_batches
+        if batches is not None and (isinstance(batches, bool) or not isinstance(batches, int) or batches < 1):
+            raise ConfigurationError(
+                f"calibration_batches must be an integer >= 1 (the batches read for calibration), or None "
+                f"to read every batch; got {batches!r}"
             )
 
 

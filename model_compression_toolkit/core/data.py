@@ -2,6 +2,11 @@
 
 ``representative_data_gen`` is a callable returning an iterable of batches; each batch
 is a list (or tuple) with one array per model input, batch dimension first, as in MCT.
+
+Every array is copied as it is read, so a generator that refills one buffer for every
+batch cannot change a batch the library keeps (the float samples of the similarity
+analysis). Each iteration of the user's iterable is closed as soon as the library is done
+with it, when a call fails or is interrupted too, so a generator's ``finally`` runs then.
 """
 
 from __future__ import annotations
@@ -43,17 +48,31 @@ class RepresentativeData:
         self._backend = backend
         self._first: Batch | None = None
         self._rest: Iterator[Any] | None = None
+        self._length: int | None = None  # len() of what representative_data_gen() returned, if it has one
+        self._open: list[Iterator[Any]] = []  # iterations started and not yet closed
         self._shapes: list[tuple | None] = []  # the input shapes the model declares
-        self._check_first(model)
+        self.samples_read = 0  # samples of the last full pass (`batches`)
+        try:
+            self._check_first(model)
+        except BaseException:
+            self.close()
+            raise
 
     def _iterate(self) -> Iterator[Any]:
         try:
-            return iter(self._gen())
+            iterable = self._gen()
+            iterator = iter(iterable)
         except TypeError as err:
             raise RepresentativeDataError(
                 f"representative_data_gen() must return an iterable of batches; calling it failed or "
                 f"returned a non-iterable: {err}"
             ) from err
+        try:
+            self._length = len(iterable)
+        except TypeError:  # a generator: its length is known only once it ends
+            self._length = None
+        self._open.append(iterator)
+        return iterator
 
     def _convert(self, batch: Any, index: int) -> Batch:
         if not isinstance(batch, (list, tuple)):
@@ -68,7 +87,7 @@ class RepresentativeData:
                     f"batch {index}, input {i}: expected a numpy array or a {self._backend.name} tensor; "
                     f"got {_describe(item)}"
                 )
-            array = np.asarray(self._backend.to_numpy(item))
+            array = np.array(self._backend.to_numpy(item))  # a copy: the user may refill their buffer
             if array.ndim >= 1 and array.shape[0] == 0:
                 raise RepresentativeDataError(
                     f"batch {index}, input {i} has no samples (shape {array.shape}); every batch from "
@@ -120,27 +139,60 @@ class RepresentativeData:
         assert self._first is not None
         return self._first
 
-    def batches(self) -> Iterator[Batch]:
-        """Every batch once: the first (already read) and then the rest of the same iteration."""
+    def expected_batches(self, limit: int | None) -> int | None:
+        """How many batches `batches(limit)` will read, when that is known: ``limit``, or
+        fewer when the iterable has a length."""
+        if self._length is None:
+            return limit
+        return self._length if limit is None else min(limit, self._length)
+
+    def batches(self, limit: int | None = None) -> Iterator[Batch]:
+        """Every batch once, at most ``limit`` of them: the first (already read) and then the
+        rest of the same iteration, which is closed when the pass ends or is abandoned."""
         first, rest = self._first, self._rest
         self._rest = None
         if rest is None:  # a second pass starts a new iteration
             rest = self._iterate()
+            source = rest
         else:
-            rest = itertools.chain([first], rest)
-        for i, batch in enumerate(rest):
-            yield self._convert(batch, i)
+            source = itertools.chain([first], rest)
+        self.samples_read = 0
+        try:
+            for i, batch in enumerate(itertools.islice(source, limit)):
+                arrays = self._convert(batch, i)
+                self.samples_read += len(arrays[0]) if arrays and arrays[0].ndim else 1
+                yield arrays
+        finally:
+            self._close(rest)
 
     def samples(self, n: int) -> Iterator[Batch]:
         """Batches of a fresh iteration, cut so that exactly the first ``n`` samples are served."""
         left = n
-        for i, batch in enumerate(self._iterate()):
-            arrays = self._convert(batch, i)
-            take = min(left, len(arrays[0]))
-            yield [a[:take] for a in arrays]
-            left -= take
-            if left <= 0:
-                return
+        iterator = self._iterate()
+        try:
+            for i, batch in enumerate(iterator):
+                arrays = self._convert(batch, i)
+                take = min(left, len(arrays[0]))
+                yield [a[:take] for a in arrays]
+                left -= take
+                if left <= 0:
+                    return
+        finally:
+            self._close(iterator)
+
+    def close(self) -> None:
+        """Close every iteration of the user's data still open: the one the first batch came
+        from, and any a pass left suspended (a call that failed or was interrupted)."""
+        self._rest = None
+        for iterator in list(self._open):
+            self._close(iterator)
+
+    def _close(self, iterator: Any) -> None:
+        """Close a generator (its ``finally`` runs now, not whenever it is collected)."""
+        self._open = [it for it in self._open if it is not iterator]
+        close = getattr(iterator, "close", None)
+        if callable(close):
+            close()
 
 
 def _fits(shape: tuple, want: tuple) -> bool:

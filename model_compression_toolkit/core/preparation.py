@@ -107,6 +107,11 @@ def _floating(dtype: object) -> bool:
     return dtype is None or "float" in str(dtype) or str(dtype) in ("half", "double")
 
 
+def _empty(node: Node) -> bool:
+    """Whether the node's output holds no value whatever the batch size (a dimension of 0)."""
+    return any(0 in shape for shape in node.output_shapes if shape)
+
+
 def assign_quantization(graph: Graph, config: QuantizationConfig, keep_float: Sequence[KeepFloat] = ()) -> None:
     """Decide for every node whether its weights and output are quantized, and why not.
 
@@ -117,7 +122,9 @@ def assign_quantization(graph: Graph, config: QuantizationConfig, keep_float: Se
     float_weights, float_outputs = kept_float(graph, keep_float)
     for node in graph.nodes():
         q = NodeQuantConfig()
-        if node.kind in WEIGHTED:
+        if node.kind in WEIGHTED and any(node.weights[w].size == 0 for w in node.kernel_axes if w in node.weights):
+            q.weights_float_reason = "empty weights (a dimension of 0, such as Linear(8, 0)): nothing to quantize"
+        elif node.kind in WEIGHTED:
             for wname, axes in node.kernel_axes.items():
                 q.weights[wname] = WeightsQuantConfig(
                     n_bits=config.weights_n_bits,
@@ -135,6 +142,8 @@ def assign_quantization(graph: Graph, config: QuantizationConfig, keep_float: Se
         elif reason is None and node.kind == OpKind.INPUT and not _floating(dtype):
             reason = f"a non-floating-point input ({dtype}: ids, indices, integer pixels): not quantized"
         fused = _fused_into(graph, node)
+        if reason is None and _empty(node):
+            reason = "an empty tensor (a dimension of 0): nothing to quantize"
         if reason is None and node.kind in VALUE_PRESERVING:
             reason = "only moves values of its input, which carries the quantization"
         if reason is None and fused is not None:

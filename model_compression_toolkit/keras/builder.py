@@ -205,6 +205,14 @@ def make_layer(cls: type, config: dict, name: str) -> Any:
     try:
         return cls.from_config({**copy.deepcopy(config), "name": name})
     except Exception as e:
+        if "enable_unsafe_deserialization" in str(e):  # Keras' safe mode refuses Python code
+            raise ModelReadError(
+                f"expected layer {name!r} ({cls.__name__}) to be rebuilt with from_config(get_config()); "
+                "Keras refuses to rebuild a layer holding Python code (a Lambda's function) while its safe "
+                "mode is on. If you trust the model (it is your own code), call "
+                "keras.config.enable_unsafe_deserialization() before quantizing; or replace the "
+                f"{cls.__name__} with a layer subclass that implements get_config()."
+            ) from e
         raise ModelReadError(
             f"expected layer {name!r} ({cls.__name__}) to be rebuilt with from_config(get_config()); "
             f"it raised {type(e).__name__}: {e}. Make get_config() of {cls.__name__} return every "

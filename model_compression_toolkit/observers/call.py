@@ -5,10 +5,16 @@
                                                               #   mct.log (the library's python log)
 
 With no log folder, ``call.folder`` is None and ``call.observer`` a `NullObserver`.
+
+A call's ``mct.log`` receives only the lines logged inside that call (by the thread or task
+running it), so two calls running at once in one process never mix their lines. A call that
+ends with an exception (``KeyboardInterrupt`` included) writes it, with its traceback and
+"this run is incomplete", to ``mct.log`` and to the Text summary of its last stage.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import warnings
 from collections.abc import Iterator
@@ -19,6 +25,8 @@ from pathlib import Path
 from model_compression_toolkit.observers.log_folder import LOG_FILE, logger, make_call_folder
 from model_compression_toolkit.observers.tensorboard import TensorBoardObserver
 from model_compression_toolkit.pipeline.events import NullObserver, Observer
+
+_CALL: contextvars.ContextVar[object | None] = contextvars.ContextVar("mct_call", default=None)
 
 
 @dataclass
@@ -36,39 +44,80 @@ class CallLog:
     warnings: list[str] = field(default_factory=list)
 
 
+class _ThisCall(logging.Filter):
+    """Passes the records logged inside one call (in its thread or task) only."""
+
+    def __init__(self, marker: object) -> None:
+        super().__init__()
+        self.marker = marker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _CALL.get() is self.marker
+
+
 @contextmanager
 def observe_call(model_name: str, root: Path | None) -> Iterator[CallLog]:
     """The logging of one PTQ call into ``root`` (the log folder; None: nothing is written).
 
-    Creates the call folder, attaches ``<call folder>/mct.log`` to the library's logger,
-    and on exit (success or exception) closes every writer and removes the handler. If the
+    Creates the call folder, attaches ``<call folder>/mct.log`` to the library's logger for
+    the lines of this call, and on exit (success or any exception, KeyboardInterrupt
+    included) records an exception, closes every writer and removes the handler. If the
     folder cannot be created, warns and the call goes on without logging.
     """
     if root is None:
         yield CallLog(folder=None)
         return
+    marker = object()
+    token = _CALL.set(marker)
+    handler: logging.FileHandler | None = None
+    observer: TensorBoardObserver | None = None
     try:
-        folder = make_call_folder(root, model_name)
-        handler = logging.FileHandler(folder / LOG_FILE, encoding="utf-8")
-    except OSError as exc:
-        warnings.warn(
-            f"Logging is off for this call: cannot create a call folder in {root} ({exc}).",
-            RuntimeWarning,
-            stacklevel=4,
-        )
-        yield CallLog(folder=None)
-        return
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logger.addHandler(handler)
-    call = CallLog(folder=folder)
-    observer = TensorBoardObserver(folder, call.warnings)
-    call.observer = observer
-    try:
+        try:
+            folder = make_call_folder(root, model_name)
+            handler = logging.FileHandler(folder / LOG_FILE, encoding="utf-8")
+        except OSError as exc:
+            warnings.warn(
+                f"Logging is off for this call: cannot create a call folder in {root} ({exc}).",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            folder = None
+        if folder is None:
+            yield CallLog(folder=None)
+            return
+        handler.addFilter(_ThisCall(marker))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        call = CallLog(folder=folder)
+        observer = TensorBoardObserver(folder, call.warnings)
+        call.observer = observer
         logger.info("quantization call %r logging to %s", model_name, folder)
-        yield call
+        try:
+            yield call
+        except BaseException as exc:
+            _record_failure(handler, observer, model_name, exc)
+            raise
     finally:
         try:
-            observer.close()
+            if observer is not None:
+                observer.close()
         finally:
-            logger.removeHandler(handler)
-            handler.close()
+            if handler is not None:
+                logger.removeHandler(handler)
+                handler.close()
+            _CALL.reset(token)
+
+
+def _record_failure(handler: logging.Handler, observer: TensorBoardObserver, model_name: str, error: BaseException) -> None:
+    """``mct.log`` (only: the exception reaches the caller anyway) and the last stage's Text
+    summary say why the run stopped; a failure to say so never hides ``error``."""
+    try:
+        record = logger.makeRecord(
+            logger.name, logging.ERROR, __file__, 0,
+            "quantization call %r stopped with %s: this run is incomplete (the stages after the last "
+            "one written are missing)", (model_name, type(error).__name__), (type(error), error, error.__traceback__),
+        )  # fmt: skip
+        handler.handle(record)
+        observer.call_failed(error)
+    except Exception as failure:  # noqa: BLE001 - the call's own exception is what the user must see
+        warnings.warn(f"could not record in the log folder why the call stopped: {failure}", RuntimeWarning, stacklevel=2)

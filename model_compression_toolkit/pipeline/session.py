@@ -27,6 +27,7 @@ from model_compression_toolkit.core.calibration.bias_correction import (
 from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics, StatisticsCollector
 from model_compression_toolkit.core.calibration.thresholds import fill_activation_config, fill_weights_config
+from model_compression_toolkit.core.checks import check_activations, check_weights
 from model_compression_toolkit.core.config import CoreConfig, KeepFloat, ResourceUtilization
 from model_compression_toolkit.core.data import RepresentativeData
 from model_compression_toolkit.core.graph import Graph
@@ -85,7 +86,9 @@ class Quantization:
 class Session:
     """One model's PTQ: checks and reads once, collects statistics once, quantizes on demand.
 
-    Bad input fails in the constructor, before anything is written.
+    Bad input fails in the constructor, before anything is written; calibration data that
+    leaves nothing to calibrate on fails when the statistics are collected. `close` (or
+    leaving a ``with`` block) closes the user's data iteration if a call ends early.
 
     Args:
         model: the user's float model (never modified).
@@ -108,22 +111,37 @@ class Session:
         self.target = target
         self.backend = backend
         self.data = RepresentativeData(representative_data_gen, backend, model)
-        self.model_name = backend.model_name(model)
-        self.initial, read_warnings = backend.read(model, self.data.first)
-        check_rules(self.initial, config.keep_float_rules)
-        self.warnings: list[str] = []
-        for message in read_warnings:
-            self.warn(message)
-        self._stats: dict[str, NodeStatistics] | None = None
-        self._reference: FloatReference | None = None
-        self._prepared: Graph | None = None
-        # Samples whose float outputs the statistics pass keeps for later comparisons, on
-        # top of what a staged call compares itself (the tuning loop compares every trial).
-        self.reference_samples = 0
-        if target is not None:  # an impossible budget fails now, before anything is written
-            graph = self.prepare()
-            biases = possible_new_biases(graph) if config.quantization_config.weights_bias_correction else {}
-            check_budget(graph, target, config.mixed_precision_config.candidate_bits, biases)
+        try:  # the user's data iteration is closed if reading or checking fails
+            self.model_name = backend.model_name(model)
+            self.initial, read_warnings = backend.read(model, self.data.first)
+            check_weights(self.initial)
+            check_rules(self.initial, config.keep_float_rules)
+            self.warnings: list[str] = []
+            for message in read_warnings:
+                self.warn(message)
+            self._stats: dict[str, NodeStatistics] | None = None
+            self._reference: FloatReference | None = None
+            self._prepared: Graph | None = None
+            # Samples whose float outputs the statistics pass keeps for later comparisons, on
+            # top of what a staged call compares itself (the tuning loop compares every trial).
+            self.reference_samples = 0
+            if target is not None:  # an impossible budget fails now, before anything is written
+                graph = self.prepare()
+                biases = possible_new_biases(graph) if config.quantization_config.weights_bias_correction else {}
+                check_budget(graph, target, config.mixed_precision_config.candidate_bits, biases)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the user's data iteration if a pass left it open (a call that failed early)."""
+        self.data.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def warn(self, message: str, category: type[Warning] = UserWarning) -> None:
         """Warn the user, log it, and keep it for ``info.warnings``."""
@@ -193,28 +211,42 @@ class Session:
         if recorder is not None and not recorder.keep:  # the comparison runs it again
             recorder.model = model
         n_outputs = len(source.outputs)
-        batches = tqdm(self.data.batches(), desc="Collecting statistics", unit="batch", leave=False)
-        for index, batch in enumerate(batches):
-            try:
-                values = dict(zip(outputs, self.backend.forward(model, batch)[n_outputs:]))
-            except (RuntimeError, ValueError, TypeError) as err:  # the first batch ran: this one is bad
-                shapes = ", ".join(f"input {i}: {a.shape}" for i, a in enumerate(batch))
-                first = ", ".join(str(a.shape) for a in self.data.first)
-                raise InputMismatchError(
-                    f"batch {index}, {shapes} does not fit the model, though batch 0 ({first}) did: {err}"
-                ) from err
-            for name, ref in refs.items():
-                collectors[name].update(values[ref])
-            room = recorder.room if recorder is not None else 0
-            if room:
-                recorder.add(batch, values)
-                if not recorder.room:  # the float histograms of exactly the kept samples
-                    recorder.histograms = {
-                        n: c.histogram_without(_after(values[refs[n]], room, len(batch[0])))
-                        for n, c in collectors.items()
-                    }
-            del values
+        limit = self.config.quantization_config.calibration_batches
+        total = self.data.expected_batches(limit)  # the batches read: the limit, or fewer when known
+        exact = total is not None and total != limit
+        desc = "Collecting statistics" + (f" ({'' if exact else 'at most '}{total} batches)" if total else "")
+        read = 0
+        with tqdm(self.data.batches(limit), desc=desc, total=total, unit="batch", leave=False) as batches:
+            for index, batch in enumerate(batches):
+                try:
+                    values = dict(zip(outputs, self.backend.forward(model, batch)[n_outputs:]))
+                except (RuntimeError, ValueError, TypeError) as err:  # the first batch ran: this one is bad
+                    shapes = ", ".join(f"input {i}: {a.shape}" for i, a in enumerate(batch))
+                    first = ", ".join(str(a.shape) for a in self.data.first)
+                    raise InputMismatchError(
+                        f"batch {index}, {shapes} does not fit the model, though batch 0 ({first}) did: {err}"
+                    ) from err
+                for name, ref in refs.items():
+                    collectors[name].update(values[ref])
+                room = recorder.room if recorder is not None else 0
+                if room:
+                    recorder.add(batch, values)
+                    if not recorder.room:  # the float histograms of exactly the kept samples
+                        recorder.histograms = {
+                            n: c.histogram_without(_after(values[refs[n]], room, len(batch[0])))
+                            for n, c in collectors.items()
+                        }
+                del values
+                read = index + 1
+        if limit is not None and read == limit:
+            LOG.info(
+                "statistics collected on the first %d batches of representative_data_gen "
+                "(QuantizationConfig.calibration_batches=%d); later batches, if any, were not read",
+                read, limit,
+            )  # fmt: skip
         stats = {n: c.result() for n, c in collectors.items()}
+        for message in check_activations(graph, stats, self.data.samples_read):
+            self.warn(message, RuntimeWarning)
         if recorder is not None and recorder.histograms is None:  # the data held fewer samples
             recorder.histograms = {n: (s.counts, s.edges) for n, s in stats.items()}
         for name, s in stats.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from model_compression_toolkit.core.config import CoreConfig, DebugConfig, ResourceUtilization, TuningConfig
@@ -86,7 +87,7 @@ def post_training_quantization(
     config = resolve_config(core_config, logging_on=root is not None)
     target = check_target(target_resource_utilization)
     session = Session(model, representative_data_gen, config, get_backend(model, expected=framework), target)
-    with observe_call(session.model_name, root) as call:
+    with session, observe_call(session.model_name, root) as call:
         result, info = quantize_in_stages(session, call.observer)
         return result.model, _finish(info, session, call)
 
@@ -117,6 +118,19 @@ def tuned_post_training_quantization(
     root = get_log_folder()
     config = resolve_config(core_config, logging_on=root is not None)
     session = Session(model, representative_data_gen, config, get_backend(model, expected=framework))
+    with session:
+        return _tune(session, model, evaluate, tuning, config, root)
+
+
+def _tune(
+    session: Session,
+    model: Any,
+    evaluate: Callable[[Any], Any],
+    tuning: TuningConfig,
+    config: CoreConfig,
+    root: Path | None,
+) -> tuple[Any, QuantizationInfo]:
+    """The tuned call once its session is open: the float score, then the logged trials."""
     session.reference_samples = config.debug_config.similarity_samples  # every trial is compared
     baseline = check_score(evaluate(model), "the float model")
     if tuning.relative and baseline == 0:
@@ -171,5 +185,5 @@ def analyze_similarity(
     root = get_log_folder()
     config = resolve_config(CoreConfig(debug_config=debug_config or DebugConfig()), logging_on=root is not None)
     session = Session(float_model, representative_data_gen, config, get_backend(float_model, expected=q_graph.framework))
-    with observe_call(session.model_name, root) as call:
+    with session, observe_call(session.model_name, root) as call:
         return compare_in_stage(session, q_graph, call.observer)

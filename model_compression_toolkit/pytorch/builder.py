@@ -13,6 +13,7 @@ quantizer, named after its node, after each node whose activation has a grid::
 from __future__ import annotations
 
 import copy
+import hashlib
 import inspect
 import keyword
 import re
@@ -145,8 +146,11 @@ class _Targets:
 
 
 def _identifier(name: str) -> str:
-    """A valid Python name for a placeholder made by the core (``2__in0__local`` -> ``in_2__in0__local``)."""
+    """A valid Python name for a placeholder made by the core (``2__in0__local`` -> ``in_2__in0__local``);
+    a name that had to change gets a short hash of the original, so that ``a\tb`` and ``a_b`` differ."""
     clean = re.sub(r"\W", "_", name)
+    if clean != name:
+        clean += "_" + hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return clean if clean.isidentifier() and not keyword.iskeyword(clean) else f"in_{clean}"
 
 

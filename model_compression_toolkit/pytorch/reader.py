@@ -1,6 +1,12 @@
 """Read a ``torch.nn.Module`` into the neutral `Graph` with torch.fx.
 
-``user model -> deepcopy().eval() -> fx.symbolic_trace -> run on the sample (shapes) -> Graph``
+``user model -> deepcopy().eval() [.float()] -> fx.symbolic_trace -> run on the sample (shapes) -> Graph``
+
+The private copy is float32 (a float16, bfloat16 or float64 model is read, calibrated and
+quantized in float32, and a warning says so) and has none of the user's hooks: the
+quantized model cannot call them, so a forward hook or pre-hook that changes the model's
+output on the sample is refused by name (`ModelReadError`), and one that only observes is
+named in a warning. A model on the ``meta`` device has no weights to read and is refused.
 
 A ``forward`` argument the representative data does not give, whose default is None, a
 bool or a string (``mask=None``, ``return_features=False``, ``mode="eval"``), is traced
@@ -29,6 +35,7 @@ from model_compression_toolkit.core.backend import unsupported_warnings
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError
 from model_compression_toolkit.pytorch import ops
+from model_compression_toolkit.pytorch.model_checks import check_hooks, check_not_meta, in_float32
 from model_compression_toolkit.pytorch.ops import Ref, as_tensor, map_structure
 
 OUTPUTS_META = "pytorch_outputs"
@@ -48,12 +55,14 @@ def read(model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, 
     """
     if not isinstance(model, nn.Module):
         raise ModelReadError(f"expected a torch.nn.Module; got {type(model).__name__}")
+    check_not_meta(model)
     fixed = _fixed_defaults(model, len(sample_inputs))
-    gm = _trace(_private_copy(model), fixed)
+    work, notes = _private_copy(model, sample_inputs)  # float32, without hooks
+    gm = _trace(work, fixed)
     shapes, dtypes = _propagate(gm, sample_inputs, type(model).__name__)
     graph = _to_graph(gm, shapes, dtypes, type(model).__name__)
     graph.validate()
-    warnings = unsupported_warnings(graph)
+    warnings = notes + unsupported_warnings(graph)
     if fixed:
         given = ", ".join(graph.inputs)
         warnings.append(
@@ -84,8 +93,9 @@ def _fixed_defaults(model: nn.Module, given: int) -> list[tuple[int, str, Any]]:
     ]
 
 
-def _private_copy(model: nn.Module) -> nn.Module:
-    """A copy in eval mode without the user's hooks, so running it never calls them."""
+def _private_copy(model: nn.Module, sample_inputs: Sequence[Any]) -> tuple[nn.Module, list[str]]:
+    """A float32 copy in eval mode without the user's hooks, so running it never calls them,
+    and the warnings that say what differs from the user's model."""
     try:
         work = copy.deepcopy(model).eval()
     except Exception as e:
@@ -93,12 +103,13 @@ def _private_copy(model: nn.Module) -> nn.Module:
             f"expected a model that copy.deepcopy can copy; deepcopy of {type(model).__name__} failed "
             f"with {type(e).__name__}: {e}. Make its attributes copyable (no open files or locks)."
         ) from e
+    notes = [note for note in (in_float32(work), check_hooks(work, sample_inputs)) if note]
     for module in work.modules():
         for attr in _HOOK_DICTS:  # no public API removes hooks one does not hold handles of
-            hooks = getattr(module, attr, None)
-            if isinstance(hooks, dict):
-                hooks.clear()
-    return work
+            hooks_of = getattr(module, attr, None)
+            if isinstance(hooks_of, dict):
+                hooks_of.clear()
+    return work, notes
 
 
 def _trace(model: nn.Module, fixed: list[tuple[int, str, Any]]) -> fx.GraphModule:
@@ -208,6 +219,7 @@ def _propagate(
     try:
         real = _run_shapes(gm, inputs)
     except RuntimeError as e:
+        _check_dtypes(gm, inputs, placeholders, model_name, e)
         raise InputMismatchError(
             f"expected inputs that {expected} can run on; got inputs of shapes {given}, on which "
             f"torch failed with {e}. Check the shapes the representative data yields."
@@ -225,6 +237,28 @@ def _propagate(
         alt = None
     shapes = {name: _batch_none(shapes, alt and alt.get(name), batch) for name, shapes in real.shapes.items()}
     return shapes, real.dtypes
+
+
+def _check_dtypes(
+    gm: fx.GraphModule, inputs: list[torch.Tensor], placeholders: list[fx.Node], model_name: str, error: Exception
+) -> None:
+    """Raise the InputMismatchError that names the dtype when integer or bool inputs are why
+    the model failed: it runs once they are float32."""
+    exact = [i for i, t in enumerate(inputs) if not (t.is_floating_point() or t.is_complex())]
+    if not exact:
+        return
+    try:
+        _run_shapes(gm, [t.float() if i in exact else t for i, t in enumerate(inputs)])
+    except RuntimeError:
+        return  # not (only) the dtype: the shapes message says what torch said
+    held = "; ".join(
+        f"input {placeholders[i].name!r} holds {str(inputs[i].dtype).removeprefix('torch.')} values" for i in exact
+    )
+    raise InputMismatchError(
+        f"expected float inputs where {model_name} computes in float; {held}, on which torch failed with "
+        f"{error}, and the model runs once they are float32. Yield float arrays from the representative "
+        "data: x.astype(np.float32) (a tensor: x.float())."
+    ) from error
 
 
 def _batch_none(shapes: list[tuple], alt: list[tuple] | None, batch: int) -> list[tuple]:
@@ -294,7 +328,39 @@ def _to_graph(gm: fx.GraphModule, shapes: dict[str, list[tuple]], dtypes: dict[s
         if n.op == "placeholder":
             node.attrs["dtype"] = dtypes.get(n.name, "non-tensor")
             graph.inputs.append(node.name)
+    _last_axis_channels(graph)
     return graph
+
+
+# Ops whose output keeps its first input's layout, hence its channel axis.
+_SAME_LAYOUT = frozenset(
+    {OpKind.ACTIVATION, OpKind.SOFTMAX, OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.ELEMENTWISE}
+    | {OpKind.DROPOUT, OpKind.IDENTITY}
+)
+_LAST_AXIS = frozenset({OpKind.DENSE, OpKind.LAYER_NORM})  # read their channels on the last axis
+
+
+def _last_axis_channels(graph: Graph) -> None:
+    """Channels on the last axis where a Linear or LayerNorm says so, beyond the layer itself.
+
+    ``(N, L, F) -> Linear -> GELU -> Linear``: the GELU's output and the input of each
+    Linear have their channels (features) last, not on axis 1 (the sequence, whose length
+    may change from batch to batch). An input read only by such layers, and an op that
+    keeps its first input's layout, take channel axis -1; everything else keeps axis 1.
+    """
+    for node in graph.nodes():  # insertion order is the fx order: producers first
+        shape = node.output_shapes[0] if len(node.output_shapes) == 1 else ()
+        if node.channel_axis != 1 or len(shape) < 3:
+            continue
+        if node.kind == OpKind.INPUT:
+            users = [graph.node(e.dst) for e in graph.out_edges(node.name)]
+            if users and all(u.kind in _LAST_AXIS and e.dst_index == 0 for u, e in zip(users, graph.out_edges(node.name))):
+                node.channel_axis = -1
+        elif node.kind in _SAME_LAYOUT:
+            first = [e for e in graph.in_edges(node.name) if e.dst_index == 0]
+            src = graph.node(first[0].src) if first else None
+            if src is not None and src.channel_axis == -1 and len(src.output_shapes[0]) == len(shape):
+                node.channel_axis = -1
 
 
 def _first_shape(node: Node) -> tuple:
