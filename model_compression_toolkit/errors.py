@@ -41,3 +41,8 @@ class ResourceBudgetError(MCTError, ValueError):
 
 class LayerSelectionError(MCTError, ValueError):
     """A layer name, pattern or type given by the user matches no layer of the model."""
+
+
+class NotProvidedError(MCTError, NotImplementedError):
+    """An MCT feature this library does not provide (``mct.gptq``, ``mct.qat``...); the
+    message says what to use here instead."""
