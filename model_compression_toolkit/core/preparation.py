@@ -126,13 +126,16 @@ def shift_negative_candidate(graph: Graph, node: Node) -> bool:
     function = str(node.attrs.get("function") or node.fused_activation or "").lower()
     if node.kind != OpKind.ACTIVATION and node.fused_activation is None:
         return False
+    return function in SHIFT_NEGATIVE_FUNCTIONS and _feeds_only_weighted(graph, node)
+
+
+def _feeds_only_weighted(graph: Graph, node: Node) -> bool:
+    """Whether every use of ``node``'s output reaches a conv or dense layer, through ops that
+    only move values (a flatten)."""
     users = graph.successors(node.name)
-    return (
-        function in SHIFT_NEGATIVE_FUNCTIONS
-        and not graph.is_output(node.name)
-        and bool(users)
-        and all(u.kind in WEIGHTED for u in users)
-    )
+    if graph.is_output(node.name) or not users:
+        return False
+    return all(u.kind in WEIGHTED or (u.kind in VALUE_PRESERVING and _feeds_only_weighted(graph, u)) for u in users)
 
 
 def assign_quantization(
