@@ -160,13 +160,13 @@ class QuantizationConfig:
             always searched again on the shifted values; True asks for exactly that.
         concat_threshold_update: every quantized input of a concatenation takes the
             concatenation's grid, so that it concatenates values already on one grid.
-        The other fields of MCT's ``QuantizationConfig`` (``relu_bound_to_power_of_2``,
-        ``linear_collapsing``, ``residual_collapsing``, ``input_scaling``,
-        ``softmax_shift``, ``activation_channel_equalization``,
-        ``weights_second_moment_correction``, ``activation_bias_correction``,
-        ``shift_negative_params_search``, ``custom_tpc_opset_to_layer``, ``min_threshold``)
-        are accepted at their default; any other value is an error that says what to use
-        here instead.
+
+    The other fields of MCT's ``QuantizationConfig`` (``relu_bound_to_power_of_2``,
+    ``linear_collapsing``, ``residual_collapsing``, ``input_scaling``, ``softmax_shift``,
+    ``activation_channel_equalization``, ``weights_second_moment_correction``,
+    ``activation_bias_correction``, ``shift_negative_params_search``,
+    ``custom_tpc_opset_to_layer``, ``min_threshold``) are accepted at their default; any
+    other value is an error that says what to use here instead.
     """
 
     weights_n_bits: int = 8
@@ -443,9 +443,10 @@ class MixedPrecisionQuantizationConfig:
         candidate_bits: the weight bit-widths a layer may get; None: the target
             platform's (MCT's default platform: 8, 4, 2), or 8, 4, 2 without one.
         distance_weighting_method: None or ``MpDistanceWeighting.AVG``.
-        The other MCT fields (``compute_distance_fn``, ``use_hessian_based_scores``,
-        ``configuration_overwrite``, ``custom_metric_fn``...) are accepted at their
-        default; any other value is an error that says what to use instead.
+
+    The other MCT fields (``compute_distance_fn``, ``use_hessian_based_scores``,
+    ``configuration_overwrite``, ``custom_metric_fn``...) are accepted at their default;
+    any other value is an error that says what to use instead.
     """
 
     compute_distance_fn: object = None

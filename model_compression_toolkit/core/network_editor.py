@@ -1,4 +1,4 @@
-"""MCT's network editor: edit rules that change how chosen layers are quantized.
+"""MCT's network editor: edit rules that change how chosen layers are quantized::
 
     rules = [mct.core.network_editor.EditRule(
         filter=mct.core.network_editor.NodeTypeFilter(Conv2D),

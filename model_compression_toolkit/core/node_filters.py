@@ -1,4 +1,4 @@
-"""Node filters, named as in MCT's network editor: which layers a rule applies to.
+"""Node filters, named as in MCT's network editor: which layers a rule applies to::
 
     NodeNameFilter("features.3")           the layer of that name
     NodeNameScopeFilter("layer2")          layers whose name contains that text

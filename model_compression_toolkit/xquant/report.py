@@ -145,11 +145,14 @@ def xquant_report_pytorch_experimental(
         xquant_config: the report folder and custom metrics.
 
     Returns:
-        ``{"output_similarity_metrics_repr": {"mse", "cs", "sqnr", custom...},
-        "output_similarity_metrics_val": {...}, "intermediate_similarity_metrics_repr":
-        {layer: {...}}, "intermediate_similarity_metrics_val": {...}}``: mean squared
-        error, cosine similarity (1: identical) and SQNR in dB (finite; MCT's is a linear
-        ratio), plus each custom metric's mean over batches.
+        MCT's result dict: mean squared error, cosine similarity (1: identical) and SQNR
+        in dB (finite; MCT's is a linear ratio), plus each custom metric's mean over
+        batches, at the model output and at every layer::
+
+            {"output_similarity_metrics_repr": {"mse": ..., "cs": ..., "sqnr": ..., "mae": ...},
+             "output_similarity_metrics_val": {...},
+             "intermediate_similarity_metrics_repr": {layer: {...}},
+             "intermediate_similarity_metrics_val": {layer: {...}}}
     """
     return xquant_report(float_model, quantized_model, repr_dataset, validation_dataset, xquant_config, "pytorch")
 
