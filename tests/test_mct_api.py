@@ -253,6 +253,18 @@ def test_edit_rules_and_bit_widths_are_checked_before_any_work():
         mct.core.BitWidthConfig().set_manual_activation_bit_width([ne.NodeNameFilter(str(i)) for i in range(3)], [8, 16])
 
 
+def test_mcts_default_objects_can_be_filled_in_place():
+    core_config = mct.core.CoreConfig()
+    core_config.bit_width_config.set_manual_activation_bit_width(mct.core.network_editor.NodeNameFilter("relu"), 16)
+    core_config.debug_config.network_editor.append(mct.core.network_editor.EditRule(
+        filter=mct.core.network_editor.NodeTypeFilter("Conv2d"),
+        action=mct.core.network_editor.ChangeFinalWeightsQuantConfigAttr(weights_n_bits=4),
+    ))  # fmt: skip
+    resolved = resolve_core_config(core_config)
+    assert len(resolved.bit_width_config.manual_activation_bit_width_selection_list) == 1
+    assert mct.core.CoreConfig().debug_config.network_editor == []  # a fresh list each time
+
+
 def test_filters_combine():
     ne = mct.core.network_editor
     from model_compression_toolkit.core.graph import Node, OpKind

@@ -68,6 +68,11 @@ def test_ptq_tutorial_with_the_default_platform(fw, trained_digits):
             assert (w["method"], w["n_bits"], w["per_channel"]) == ("symmetric", 8, True)
             thresholds = np.asarray(w["threshold"])
             assert thresholds.size > 1
+    ru = quantization_info.final_resource_utilization  # MCT's UserInformation names
+    assert ru.weights_memory == quantization_info.memory.weights_quantized_bytes and ru.bops > 0
+    assert quantization_info.input_scale == 1.0
+    with pytest.raises(AttributeError, match="info.mixed_precision.bits"):
+        quantization_info.mixed_precision_cfg
 
 
 def test_keyword_and_old_positional_calls_keep_working(fw, trained_digits):

@@ -5,8 +5,8 @@
     bit_cfg.set_manual_weights_bit_width(NodeTypeFilter(torch.nn.Linear), 4, "kernel")
     core_config = mct.core.CoreConfig(bit_width_config=bit_cfg)
 
-Each selection becomes a `NodeRule`. A layer whose weights get manual bits keeps them:
-mixed precision chooses the bits of the other layers only.
+Each selection becomes a `NodeRule` (`core.node_rules.bit_width_rules`). A layer whose
+weights get manual bits keeps them: mixed precision chooses the bits of the other layers only.
 """
 
 from __future__ import annotations
@@ -16,11 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from model_compression_toolkit.core.node_filters import NodeFilter
-from model_compression_toolkit.core.node_rules import NodeRule
 from model_compression_toolkit.errors import ConfigurationError
-
-# MCT's and the frameworks' weight names -> the neutral names layers use here
-_WEIGHT_NAMES = {"weight": "kernel", "depthwise_kernel": "kernel", "kernel": "kernel", "bias": "bias"}
 
 
 @dataclass
@@ -95,28 +91,3 @@ class BitWidthConfig:
         bits = _expand(filters, bit_widths, "bit_widths")
         for f, b, a in zip(filters, bits, _expand(filters, attrs, "attrs")):
             self.manual_weights_bit_width_selection_list.append(ManualWeightsBitWidthSelection(f, b, a))
-
-    def rules(self) -> list[NodeRule]:
-        """The selections as `NodeRule`s, activations first, each validated."""
-        rules = []
-        for s in self.manual_activation_bit_width_selection_list:
-            who = f"BitWidthConfig.set_manual_activation_bit_width({_describe(s.filter)}, {s.bit_width!r})"
-            rules.append(NodeRule(s.filter, activation={"activation_n_bits": s.bit_width}, source=who))
-        for s in self.manual_weights_bit_width_selection_list:
-            who = f"BitWidthConfig.set_manual_weights_bit_width({_describe(s.filter)}, {s.bit_width!r}, {s.attr!r})"
-            attr = _WEIGHT_NAMES.get(str(s.attr))
-            if attr is None:
-                raise ConfigurationError(
-                    f"{who}: weights are named 'kernel' and 'bias' here (PyTorch's 'weight' is the kernel); "
-                    f"got {s.attr!r}. Constant inputs of functional ops are not quantized"
-                )
-            if attr == "bias":
-                raise ConfigurationError(f"{who}: biases stay float (and bias-corrected) here; set the 'kernel'")
-            rules.append(NodeRule(s.filter, weights={"weights_n_bits": s.bit_width}, attr=attr, source=who))
-        for rule in rules:
-            rule.validate()
-        return rules
-
-
-def _describe(f: Any) -> str:
-    return f.describe() if isinstance(f, NodeFilter) else repr(f)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from model_compression_toolkit.core.bit_width import BitWidthConfig
 from model_compression_toolkit.errors import ConfigurationError
 
 MIN_BITS, MAX_BITS = 2, 16
@@ -268,7 +269,7 @@ class DebugConfig:
     analyze_similarity: bool | None = None
     similarity_samples: int = 20
     similarity_memory_cap: int = 1 << 30
-    network_editor: Sequence = ()
+    network_editor: list = field(default_factory=list)
     simulate_scheduler: bool = False
     bypass: bool = False
 
@@ -537,7 +538,7 @@ class CoreConfig:
     mixed_precision_config: MixedPrecisionConfig | MixedPrecisionQuantizationConfig = field(
         default_factory=MixedPrecisionConfig
     )
-    bit_width_config: object = None
+    bit_width_config: BitWidthConfig = field(default_factory=BitWidthConfig)
     debug_config: DebugConfig = field(default_factory=DebugConfig)
     keep_float: KeepFloat | Sequence[KeepFloat] = ()
     target_platform_capabilities: object = None
@@ -564,6 +565,10 @@ class CoreConfig:
             )
         for rule in self.keep_float_rules:
             rule.validate()
+        if self.bit_width_config is not None and not isinstance(self.bit_width_config, BitWidthConfig):
+            raise ConfigurationError(
+                f"bit_width_config must be a mct.core.BitWidthConfig; got {type(self.bit_width_config).__name__}"
+            )
         if not isinstance(self.mixed_precision_config, (MixedPrecisionConfig, MixedPrecisionQuantizationConfig)):
             raise ConfigurationError(
                 "mixed_precision_config must be a mct.core.MixedPrecisionConfig or MixedPrecisionQuantizationConfig; "

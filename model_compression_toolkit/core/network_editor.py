@@ -26,10 +26,8 @@ from model_compression_toolkit.core.node_filters import (
     NodeNameScopeFilter,
     NodeTypeFilter,
 )
-from model_compression_toolkit.core.node_rules import NodeRule
+from model_compression_toolkit.core.node_rules import WEIGHT_NAMES, NodeRule
 from model_compression_toolkit.errors import ConfigurationError
-
-_WEIGHT_NAMES = {"weight": "kernel", "depthwise_kernel": "kernel", "kernel": "kernel", "bias": "bias"}
 
 
 class BaseAction:
@@ -47,7 +45,7 @@ class BaseAction:
 def _attr(attr_name: str | None) -> str | None:
     if attr_name is None:
         return None
-    attr = _WEIGHT_NAMES.get(str(attr_name))
+    attr = WEIGHT_NAMES.get(str(attr_name))
     if attr is None:
         raise ConfigurationError(
             f"attr_name={attr_name!r}: weights are named 'kernel' and 'bias' here (PyTorch's 'weight' is the "

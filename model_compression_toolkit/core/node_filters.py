@@ -14,9 +14,14 @@ node, ``features_3`` for the module ``features.3``; both spellings match.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from model_compression_toolkit.core.graph import Node
+
+class Node(Protocol):  # what a filter reads of a `core.graph.Node` (no import: the config holds filters)
+    name: str
+    origin: list[str]
+    layer_type: str
+    kind: Any
 
 
 def node_names(node: Node) -> list[str]:

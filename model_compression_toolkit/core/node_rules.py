@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from model_compression_toolkit.core.bit_width import BitWidthConfig
 from model_compression_toolkit.core.config import (
     MAX_BITS,
     MIN_BITS,
@@ -199,6 +200,36 @@ class NodeRule:
                 on = changes["weights_per_channel_threshold"] and bool(axes)
                 cfg.per_channel, cfg.channel_axes = on, axes if on else ()
         return bool(configs)
+
+
+# MCT's and the frameworks' weight names -> the neutral names layers use here
+WEIGHT_NAMES = {"weight": "kernel", "depthwise_kernel": "kernel", "kernel": "kernel", "bias": "bias"}
+
+
+def bit_width_rules(config: BitWidthConfig) -> list[NodeRule]:
+    """A `BitWidthConfig`'s selections as validated `NodeRule`s, activations first."""
+    rules = []
+    for s in config.manual_activation_bit_width_selection_list:
+        who = f"BitWidthConfig.set_manual_activation_bit_width({_describe(s.filter)}, {s.bit_width!r})"
+        rules.append(NodeRule(s.filter, activation={"activation_n_bits": s.bit_width}, source=who))
+    for s in config.manual_weights_bit_width_selection_list:
+        who = f"BitWidthConfig.set_manual_weights_bit_width({_describe(s.filter)}, {s.bit_width!r}, {s.attr!r})"
+        attr = WEIGHT_NAMES.get(str(s.attr))
+        if attr is None:
+            raise ConfigurationError(
+                f"{who}: weights are named 'kernel' and 'bias' here (PyTorch's 'weight' is the kernel); "
+                f"got {s.attr!r}. Constant inputs of functional ops are not quantized"
+            )
+        if attr == "bias":
+            raise ConfigurationError(f"{who}: biases stay float (and bias-corrected) here; set the 'kernel'")
+        rules.append(NodeRule(s.filter, weights={"weights_n_bits": s.bit_width}, attr=attr, source=who))
+    for rule in rules:
+        rule.validate()
+    return rules
+
+
+def _describe(f: Any) -> str:
+    return f.describe() if isinstance(f, NodeFilter) else repr(f)
 
 
 def _activation_carrier(graph: Graph, node: Node, changes: Mapping[str, Any]) -> Node | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from model_compression_toolkit.core.bit_width import BitWidthConfig
 from model_compression_toolkit.core.calibration.shared_grids import ConcatThresholdUpdate
 from model_compression_toolkit.core.config import (
     CoreConfig,
@@ -19,6 +18,7 @@ from model_compression_toolkit.core.config import (
     QuantizationConfig,
 )
 from model_compression_toolkit.core.network_editor import EditRule
+from model_compression_toolkit.core.node_rules import bit_width_rules
 from model_compression_toolkit.core.preparation import QuantizationEdit
 from model_compression_toolkit.core.tpc import TargetPlatformCapabilities
 from model_compression_toolkit.errors import ConfigurationError
@@ -79,9 +79,6 @@ def resolve_core_config(core_config: CoreConfig | None, target_platform_capabili
         mp = mp.resolved(platform_bits)
     elif isinstance(mp, MixedPrecisionConfig) and platform_bits and mp.candidate_bits == MixedPrecisionConfig().candidate_bits:
         mp = dataclasses.replace(mp, candidate_bits=tuple(platform_bits))
-    bw = core_config.bit_width_config
-    if bw is not None and not isinstance(bw, BitWidthConfig):
-        raise ConfigurationError(f"bit_width_config must be a mct.core.BitWidthConfig; got {type(bw).__name__}")
     resolved = dataclasses.replace(
         core_config, quantization_config=qc, mixed_precision_config=mp, target_platform_capabilities=tpc
     )
@@ -103,7 +100,7 @@ def quantization_edits(config: CoreConfig) -> list[QuantizationEdit]:
     if config.target_platform_capabilities is not None:
         edits.append(config.target_platform_capabilities)
     if config.bit_width_config is not None:
-        edits += config.bit_width_config.rules()
+        edits += bit_width_rules(config.bit_width_config)
     edits += [rule.rule(i) for i, rule in enumerate(config.debug_config.network_editor)]
     if config.quantization_config.concat_threshold_update:
         edits.append(ConcatThresholdUpdate())

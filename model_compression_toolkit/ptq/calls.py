@@ -53,9 +53,22 @@ def check_target(target: ResourceUtilization | None) -> ResourceUtilization | No
 def mct_arguments(target: object, core_config: object) -> tuple[object, object]:
     """(target_resource_utilization, core_config) in MCT's order; a `CoreConfig` given third,
     where this library's first releases took it, is read as the core_config."""
-    if isinstance(target, CoreConfig) and core_config is None:
+    if core_config is None and isinstance(target, CoreConfig):
         return None, target
+    if core_config is None and type(target).__module__.startswith("model_compression_toolkit.core.config"):
+        raise ConfigurationError(  # a QuantizationConfig or DebugConfig where core_config once went
+            f"core_config must be a mct.core.CoreConfig; got {type(target).__name__} (third). Wrap it: "
+            f"mct.core.CoreConfig({_field_of(target)}=...)"
+        )
     return target, core_config
+
+
+def _field_of(config: object) -> str:
+    """The CoreConfig field an object of ``config``'s type goes in."""
+    for f in dataclasses.fields(CoreConfig):
+        if type(config).__name__ in str(f.type).split(" | "):
+            return f.name
+    return "quantization_config"
 
 
 def check_tuning_config(tuning_config: TuningConfig | None) -> TuningConfig:
