@@ -25,11 +25,12 @@ def model_arg(fw, model) -> dict:
     return {"in_module" if fw.name == "pytorch" else "in_model": model}
 
 
-def layer_names(fw) -> dict[str, str]:
-    """The digits CNN's layers, by role."""
+def layer_names(fw, model) -> dict[str, str]:
+    """The digits CNN's layers, by role (Keras names depend on the layers made before)."""
     if fw.name == "pytorch":
         return {"conv": "0", "relu": "2", "last_relu": "8", "dense": "11"}
-    return {"conv": "conv2d", "relu": "re_lu", "last_relu": "re_lu_2", "dense": "dense"}
+    of = {kind: [layer.name for layer in model.layers if type(layer).__name__ == kind] for kind in ("Conv2D", "ReLU", "Dense")}
+    return {"conv": of["Conv2D"][0], "relu": of["ReLU"][0], "last_relu": of["ReLU"][-1], "dense": of["Dense"][0]}
 
 
 def layer_type(fw, role: str):
@@ -72,7 +73,7 @@ def test_ptq_tutorial_with_the_default_platform(fw, trained_digits):
     assert ru.weights_memory == quantization_info.memory.weights_quantized_bytes and ru.bops > 0
     assert quantization_info.input_scale == 1.0
     with pytest.raises(AttributeError, match="info.mixed_precision.bits"):
-        quantization_info.mixed_precision_cfg
+        _ = quantization_info.mixed_precision_cfg
 
 
 def test_keyword_and_old_positional_calls_keep_working(fw, trained_digits):
@@ -126,7 +127,7 @@ def test_total_and_activation_memory_targets(fw, trained_digits):
 def test_manual_bit_widths_with_16_bit_activations(fw, trained_digits):
     model, x_train, _, _ = trained_digits
     gen = representative_dataset(x_train)
-    names = layer_names(fw)
+    names = layer_names(fw, model)
     tpc = mct.get_target_platform_capabilities(tpc_version="4.0", device_type="imx500")
     bit_cfg = mct.core.BitWidthConfig()
     bit_cfg.set_manual_activation_bit_width([mct.core.common.network_editors.NodeNameFilter(names["relu"])], 16)
@@ -157,7 +158,7 @@ def test_manual_bit_widths_with_16_bit_activations(fw, trained_digits):
 def test_network_editor_tutorial(fw, trained_digits):
     model, x_train, _, _ = trained_digits
     gen = representative_dataset(x_train, 2)
-    names = layer_names(fw)
+    names = layer_names(fw, model)
     attr = "weight" if fw.name == "pytorch" else "kernel"  # each framework's own name for the kernel
     edit_rules_list = [
         mct.core.network_editor.EditRule(
@@ -258,7 +259,7 @@ def test_xquant_tutorial(fw, trained_digits, tmp_path):
         output = result[f"output_similarity_metrics_{which}"]
         assert set(output) == {"mse", "cs", "sqnr", "mae"} and output["cs"] > 0.9
         layers = result[f"intermediate_similarity_metrics_{which}"]
-        assert layer_names(fw)["relu"] in layers
+        assert layer_names(fw, model)["relu"] in layers
         for values in layers.values():
             assert set(values) == {"mse", "cs", "sqnr", "mae"} and all(np.isfinite(list(values.values())))
             assert values["mae"] ** 2 <= values["mse"] * (1 + 1e-4) + 1e-12  # Jensen: the custom metric saw the same tensors
@@ -285,4 +286,4 @@ def test_xquant_troubleshoot(fw, trained_digits, tmp_path):
     assert trouble["degraded_layers"] and all(names == ["sqnr"] for names in trouble["degraded_layers"].values())
     assert trouble["findings"] and all("mct." in f["advice"] for f in trouble["findings"])
     last = [f for f in trouble["findings"] if f["cause"] == "last layer at very few bits"]
-    assert last and last[0]["layers"] == [layer_names(fw)["dense"]]
+    assert last and last[0]["layers"] == [layer_names(fw, model)["dense"]]
