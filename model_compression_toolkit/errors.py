@@ -45,3 +45,8 @@ class LayerSelectionError(MCTError, ValueError):
 
 class ModelWeightsError(MCTError, ValueError):
     """The model's weights hold values that cannot be quantized (NaN or infinity)."""
+
+
+class NotProvidedError(MCTError, NotImplementedError):
+    """An MCT feature this library does not provide (``mct.gptq``, ``mct.qat``...); the
+    message says what to use here instead."""

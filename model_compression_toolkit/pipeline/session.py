@@ -24,7 +24,9 @@ from model_compression_toolkit.core.calibration.bias_correction import (
     possible_new_biases,
     set_input_means,
 )
+from model_compression_toolkit.core.calibration.hessian import set_importance, wants_second_moments
 from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
+from model_compression_toolkit.core.calibration.shared_grids import share_grids
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics, StatisticsCollector
 from model_compression_toolkit.core.calibration.thresholds import fill_activation_config, fill_weights_config
 from model_compression_toolkit.core.checks import check_activations, check_weights
@@ -34,6 +36,8 @@ from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.mixed_precision.search import check_budget
 from model_compression_toolkit.core.preparation import assign_quantization, prepare_graph
+from model_compression_toolkit.core.resolution import quantization_edits
+from model_compression_toolkit.core.resources import weights_target
 from model_compression_toolkit.core.selection import check_rules
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult, analyze
 from model_compression_toolkit.core.similarity.plan import Comparison
@@ -96,7 +100,8 @@ class Session:
         config: a validated `CoreConfig` whose ``debug_config.analyze_similarity`` is
             already True or False (`ptq` resolves it).
         backend: the model's framework backend.
-        target: a weights memory budget for mixed precision, validated.
+        target: a resource budget for mixed precision, validated; kept as the weights
+            budget it leaves (`core.resources.weights_target`).
     """
 
     def __init__(
@@ -116,6 +121,7 @@ class Session:
             self.initial, read_warnings = backend.read(model, self.data.first)
             check_weights(self.initial)
             check_rules(self.initial, config.keep_float_rules)
+            self.edits = quantization_edits(config)
             self.warnings: list[str] = []
             for message in read_warnings:
                 self.warn(message)
@@ -125,10 +131,13 @@ class Session:
             # Samples whose float outputs the statistics pass keeps for later comparisons, on
             # top of what a staged call compares itself (the tuning loop compares every trial).
             self.reference_samples = 0
+            if self.edits:  # a rule that selects nothing fails now, before anything is written
+                self.prepare()
             if target is not None:  # an impossible budget fails now, before anything is written
                 graph = self.prepare()
+                self.target = weights_target(graph, target)
                 biases = possible_new_biases(graph) if config.quantization_config.weights_bias_correction else {}
-                check_budget(graph, target, config.mixed_precision_config.candidate_bits, biases)
+                check_budget(graph, self.target, config.mixed_precision_config.candidate_bits, biases)
         except BaseException:
             self.close()
             raise
@@ -157,7 +166,7 @@ class Session:
         if self._prepared is None:
             self._prepared = prepare_graph(self.initial.copy(), self.config.quantization_config)
         graph = self._prepared.copy()
-        assign_quantization(graph, self.config.quantization_config, rules)
+        assign_quantization(graph, self.config.quantization_config, rules, self.edits)
         graph.validate()
         return graph
 
@@ -206,7 +215,8 @@ class Session:
             source, recorder, refs = graph, None, {n: n for n in names}
         outputs = list(dict.fromkeys([*refs.values(), *(recorder.names if recorder and recorder.keep else [])]))
         bins = self.config.quantization_config.histogram_bins
-        collectors = {n: StatisticsCollector(bins, graph.node(n).channel_axis) for n in names}
+        second = wants_second_moments(graph)  # HMSE weighs weights by their inputs' E[x^2]
+        collectors = {n: StatisticsCollector(bins, graph.node(n).channel_axis, second) for n in names}
         model = self.backend.build(source, quantized=False, extra_outputs=outputs)
         if recorder is not None and not recorder.keep:  # the comparison runs it again
             recorder.model = model
@@ -263,7 +273,10 @@ class Session:
         input means its quantized bias is corrected with."""
         qc = self.config.quantization_config
         stats = self.statistics(graph)
+        if wants_second_moments(graph):
+            set_importance(graph, stats)
         select_thresholds(graph, stats, qc.l_p_value)
+        share_grids(graph)
         if qc.weights_bias_correction:
             corrected = set_input_means(graph, stats)
             LOG.debug("bias correction on %d layers: %s", len(corrected), ", ".join(corrected))
