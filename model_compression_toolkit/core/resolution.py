@@ -20,6 +20,7 @@ from model_compression_toolkit.core.config import (
 from model_compression_toolkit.core.network_editor import EditRule
 from model_compression_toolkit.core.node_rules import bit_width_rules
 from model_compression_toolkit.core.preparation import QuantizationEdit
+from model_compression_toolkit.core.similarity.fix import SuggestedFix
 from model_compression_toolkit.core.tpc import TargetPlatformCapabilities
 from model_compression_toolkit.errors import ConfigurationError
 
@@ -62,6 +63,8 @@ def resolve_core_config(core_config: CoreConfig | None, target_platform_capabili
         core_config = CoreConfig()
     if not isinstance(core_config, CoreConfig):
         raise ConfigurationError(f"core_config must be a mct.core.CoreConfig; got {type(core_config).__name__}")
+    if isinstance(core_config.keep_float, SuggestedFix):  # its bit-widths go to the BitWidthConfig
+        core_config = core_config.keep_float.apply(core_config)
     tpc = _platform(core_config, target_platform_capabilities)
     qc, mp = core_config.quantization_config, core_config.mixed_precision_config
     if tpc is not None and isinstance(qc, QuantizationConfig):

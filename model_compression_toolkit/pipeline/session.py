@@ -35,11 +35,13 @@ from model_compression_toolkit.core.data import RepresentativeData
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.mixed_precision.search import check_budget
+from model_compression_toolkit.core.node_rules import bit_width_rules
 from model_compression_toolkit.core.preparation import assign_quantization, prepare_graph
 from model_compression_toolkit.core.resolution import quantization_edits
 from model_compression_toolkit.core.resources import weights_target
 from model_compression_toolkit.core.selection import check_rules
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult, analyze
+from model_compression_toolkit.core.similarity.fix import SuggestedFix
 from model_compression_toolkit.core.similarity.plan import Comparison
 from model_compression_toolkit.core.similarity.reference import FloatModel, FloatReference, has_batch_axis
 from model_compression_toolkit.errors import InputMismatchError
@@ -159,14 +161,18 @@ class Session:
         self.warnings.append(message)
 
     # -------------------------------------------------------------- the pieces
-    def prepare(self, keep_float: Sequence[KeepFloat] | None = None) -> Graph:
-        """The prepared graph (BN folded, no-ops removed) with quantization assigned."""
+    def prepare(self, keep_float: Sequence[KeepFloat] | None = None, weight_bits: dict[str, int] | None = None) -> Graph:
+        """The prepared graph (BN folded, no-ops removed) with quantization assigned; with
+        ``weight_bits``, those layers' weights at those bits, after every other edit."""
         rules = self.config.keep_float_rules if keep_float is None else list(keep_float)
         check_rules(self.initial, rules)
         if self._prepared is None:
             self._prepared = prepare_graph(self.initial.copy(), self.config.quantization_config)
         graph = self._prepared.copy()
-        assign_quantization(graph, self.config.quantization_config, rules, self.edits)
+        edits = self.edits
+        if weight_bits:
+            edits = [*edits, *bit_width_rules(SuggestedFix(weight_bits=dict(weight_bits)).bit_width_config())]
+        assign_quantization(graph, self.config.quantization_config, rules, edits)
         graph.validate()
         return graph
 
@@ -294,11 +300,17 @@ class Session:
         return analyze(
             self.float_model, graph, debug.similarity_samples, debug.similarity_memory_cap,
             self.statistics(graph), weights, q_model, debug.impact_samples, debug.max_impact_quantizers,
+            self.config.quantization_config.l_p_value,
         )  # fmt: skip
 
-    def quantize(self, keep_float: Sequence[KeepFloat] | None = None, similarity: bool = False) -> Quantization:
+    def quantize(
+        self,
+        keep_float: Sequence[KeepFloat] | None = None,
+        weight_bits: dict[str, int] | None = None,
+        similarity: bool = False,
+    ) -> Quantization:
         """A whole quantization, reported to nobody (the tuning loop's later trials)."""
-        graph = self.prepare(keep_float)
+        graph = self.prepare(keep_float, weight_bits)
         self.select_thresholds(graph)
         result = Quantization(graph, self.build(graph))
         if similarity:

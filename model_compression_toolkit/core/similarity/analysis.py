@@ -232,6 +232,7 @@ def analyze(
     q_model: Any = None,
     impact_samples: int = 8,
     max_impact_quantizers: int = 12,
+    l_p_value: float = 2.0,
 ) -> SimilarityResult:
     """Compare the float model (its graph before preparation) with the quantized one, and
     find the quantizers that damage the output on their own (`core.similarity.causes`).
@@ -250,6 +251,7 @@ def analyze(
         impact_samples: the first samples each quantizer's output impact is measured on.
         max_impact_quantizers: how many quantizers at most get their impact measured
             (those whose own error is not negligible, the largest first).
+        l_p_value: the p of the ``LP`` error method, for the grids the suggested fix tries.
     """
     backend, reference = float_model.backend, float_model.reference
     plan = Comparison.of(float_model.graph, q_graph)
@@ -298,7 +300,7 @@ def analyze(
     probe = ImpactProbe(backend, q_graph, inputs) if entries and inputs else None
     if probe is not None:
         measure_impacts(probe, entries, max_impact_quantizers)
-    fix = suggest_fix(entries, q_graph, probe)
+    fix = suggest_fix(entries, q_graph, probe, l_p_value)
     _set_roles(layers, entries, q_graph)
     histograms = {
         acc.point.name: PairHistogram(acc.bins.edges(), acc.hist_float, acc.hist_quant)
