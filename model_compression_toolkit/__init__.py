@@ -5,8 +5,9 @@
     q_model, info = mct.ptq.pytorch_post_training_quantization(model, representative_data_gen)
 """
 
-from model_compression_toolkit import core, errors, ptq
+from model_compression_toolkit import core, errors, exporter, ptq
 from model_compression_toolkit.core.runner import analyze_similarity
+from model_compression_toolkit.exporter import keras_load_quantized_model
 from model_compression_toolkit.logger import get_log_folder, set_log_folder
 from model_compression_toolkit.ptq import (
     keras_post_training_quantization,
@@ -19,7 +20,9 @@ __all__ = [
     "analyze_similarity",
     "core",
     "errors",
+    "exporter",
     "get_log_folder",
+    "keras_load_quantized_model",
     "keras_post_training_quantization",
     "ptq",
     "pytorch_post_training_quantization",
