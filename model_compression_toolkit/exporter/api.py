@@ -279,7 +279,6 @@ def export(
         data=data, parity=parity, graph=exported_graph, runtime_graph=runtime_graph, notes=notes, figures=figures,
     )  # fmt: skip
     log_folder = _log(report)
-    _tell(report)
     custom = deployment.custom_objects() if hasattr(deployment, "custom_objects") else {}
     return ExportResult(report, serialization, quantization, custom, log_folder)
 
@@ -291,6 +290,7 @@ def _log(report: ExportReport) -> Path | None:
 
     with ptq_run(f"{report.model_name}_export") as run:
         write_export(run, report)
+        _tell(report)  # into the run's mct.log too
         return run.folder
 
 
@@ -313,7 +313,7 @@ def _tell(report: ExportReport) -> None:
             f"step and a cosine of 0.999 on {rows}. The file was written; a network that turns float rounding noise "
             "into such differences will differ on any runtime. See the export run or the result's parity.",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=5,  # the user's export call
         )
 
 
