@@ -230,6 +230,7 @@ def main() -> None:
     parser.add_argument(
         "--readme", action="store_true", help="rewrite the export table in README.md and bench/README.md"
     )
+    parser.add_argument("--markdown-out", help="also write the table (with its header line) to this file")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     records = []
