@@ -35,8 +35,10 @@ def test_a_model_the_library_did_not_produce_is_refused(framework, tmp_path):
     with pytest.raises(ModelReadError, match="did not produce"):
         _export(framework, load_trained(framework), tmp_path / "m.onnx", data)
     other = "keras" if framework == "pytorch" else "pytorch"
-    with pytest.raises(UnsupportedFrameworkError, match=f"mct.ptq.{other}_post_training_quantization"):
+    with pytest.raises(UnsupportedFrameworkError, match=f"Use mct.exporter.{other}_export_model for it"):
         _export(framework, quantize(other)[0], tmp_path / "m.onnx", data)
+    with pytest.raises(UnsupportedFrameworkError, match="expected a torch.nn.Module or a keras.Model"):
+        _export(framework, "a model", tmp_path / "m.onnx", data)
     assert not list(tmp_path.iterdir())
 
 

@@ -33,7 +33,13 @@ from model_compression_toolkit.core.export_report import (
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.quantizers import QuantizedWeights
 from model_compression_toolkit.core.runner import produced_graph
-from model_compression_toolkit.errors import ConfigurationError, ExportError, ExportPathError, ModelReadError
+from model_compression_toolkit.errors import (
+    ConfigurationError,
+    ExportError,
+    ExportPathError,
+    ModelReadError,
+    UnsupportedFrameworkError,
+)
 from model_compression_toolkit.exporter.formats import (
     KerasExportSerializationFormat,
     PytorchExportSerializationFormat,
@@ -95,7 +101,15 @@ class ExportResult(dict):
 
 # ------------------------------------------------------------------ checks
 def _produced(model: Any, framework: str) -> tuple[Any, Graph]:
-    backend = get_backend(model, expected=framework)
+    try:
+        backend = get_backend(model)
+    except UnsupportedFrameworkError as err:
+        raise UnsupportedFrameworkError(f"{framework}_export_model: {err}") from None
+    if backend.name != framework:
+        raise UnsupportedFrameworkError(
+            f"expected a {framework} model; got a {backend.name} model ({type(model).__name__}). "
+            f"Use mct.exporter.{backend.name}_export_model for it."
+        )
     graph = produced_graph(model)
     if graph is None:
         raise ModelReadError(

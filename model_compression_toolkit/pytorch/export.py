@@ -79,9 +79,6 @@ def _(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, axis: int)
     return torch.empty(q.shape, dtype=torch.float32, device=q.device)
 
 
-_TORCH_DTYPES = {"int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16, "uint16": torch.uint16}
-
-
 def onnx_translations() -> dict[Any, Any]:
     """``custom_translation_table`` for ``torch.onnx.export``: the two ops as ONNX's own."""
     import onnx_ir as ir
