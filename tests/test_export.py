@@ -8,7 +8,8 @@ import pytest
 
 import model_compression_toolkit as mct
 from model_compression_toolkit.core.runner import produced_graph
-from tutorials.digits import accuracy, representative_dataset
+from tests.fixtures.quantized import quantize
+from tutorials.digits import accuracy
 
 E = mct.exporter
 P, K, Q = E.PytorchExportSerializationFormat, E.KerasExportSerializationFormat, E.QuantizationFormat
@@ -21,20 +22,6 @@ FORMATS = {
     ],
 }
 CASES = [(fw, *case) for fw, cases in FORMATS.items() for case in cases]
-_QUANTIZED: dict = {}
-
-
-def quantize(framework: str):
-    """(q_model, representative data) of the shipped digits CNN, quantized once per framework."""
-    from tests.conftest import FRAMEWORKS
-    from tests.fixtures.trained import load_trained
-
-    if framework not in _QUANTIZED:
-        fw = FRAMEWORKS[framework]
-        data = representative_dataset(fw.data()[0])
-        config = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
-        _QUANTIZED[framework] = (fw.ptq(load_trained(framework), data, config)[0], data)
-    return _QUANTIZED[framework]
 
 
 def export(fw, q_model, path, data, serialization, quantization):

@@ -15,8 +15,8 @@ from model_compression_toolkit.errors import (
     ModelReadError,
     UnsupportedFrameworkError,
 )
+from tests.fixtures.quantized import quantize
 from tests.fixtures.trained import load_trained
-from tests.test_export import quantize
 from tutorials.digits import representative_dataset
 
 E = mct.exporter

@@ -9,8 +9,8 @@ import json
 import pytest
 
 import model_compression_toolkit as mct
+from tests.fixtures.quantized import quantize
 from tests.tb import load, run_folders
-from tests.test_export import quantize
 from tutorials.digits import representative_dataset
 
 E = mct.exporter
