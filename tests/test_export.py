@@ -11,6 +11,15 @@ from model_compression_toolkit.core.runner import produced_graph
 from tests.fixtures.quantized import quantize
 from tutorials.digits import accuracy
 
+# The tests open the files with the runtimes themselves, as users do; these runtimes announce
+# their own deprecations (torch.jit for torch.export, tf.lite.Interpreter for LiteRT).
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated:UserWarning"),
+    pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider':UserWarning"),
+]
+
+
 E = mct.exporter
 P, K, Q = E.PytorchExportSerializationFormat, E.KerasExportSerializationFormat, E.QuantizationFormat
 FORMATS = {

@@ -72,6 +72,9 @@ def test_paths_that_cannot_be_written_fail_before_anything_is_written(framework,
         _export(framework, q_model, tmp_path, data)
     with pytest.raises(ExportPathError, match="does not exist"):
         _export(framework, q_model, tmp_path / "missing" / f"m{suffix}", data)
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(ExportPathError, match="is a file; choose a path in a folder"):
+        _export(framework, q_model, tmp_path / "a_file" / f"m{suffix}", data)
     with pytest.raises(ExportPathError, match="must be a file path"):
         _export(framework, q_model, 42, data)
     if framework == "keras":
@@ -86,7 +89,7 @@ def test_paths_that_cannot_be_written_fail_before_anything_is_written(framework,
                 _export(framework, q_model, locked / f"m{suffix}", data)
         finally:
             locked.chmod(0o700)
-    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["locked"])
+    assert sorted(p.name for p in tmp_path.iterdir()) in (["a_file"], ["a_file", "locked"])
 
 
 def test_a_layer_kept_float_cannot_be_int8_tflite_and_the_existing_file_stays(tmp_path):

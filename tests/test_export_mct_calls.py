@@ -11,10 +11,19 @@ import os
 import tempfile
 
 import numpy as np
+import pytest
 
 import model_compression_toolkit as mct
 from tests.fixtures.trained import load_trained
 from tutorials.digits import digits_data
+
+# The tests open the files with the runtimes themselves, as users do; these runtimes announce
+# their own deprecations (torch.jit for torch.export, tf.lite.Interpreter for LiteRT).
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated:UserWarning"),
+    pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider':UserWarning"),
+]
 
 
 def test_pytorch_export_tutorial_cells(tmp_path, monkeypatch):

@@ -130,6 +130,10 @@ def _destination(save_model_path: Any, suffix: str | None) -> Path:
         raise ExportPathError(
             f"save_model_path {path} is a directory; expected a file path such as {path / 'model'}"
         )
+    if path.parent.exists() and not path.parent.is_dir():
+        raise ExportPathError(
+            f"the folder of save_model_path, {path.parent}, is a file; choose a path in a folder"
+        )
     if not path.parent.is_dir():
         raise ExportPathError(
             f"the folder of save_model_path, {path.parent}, does not exist; create it first"
