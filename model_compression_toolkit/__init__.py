@@ -13,6 +13,7 @@ from model_compression_toolkit import (
     core,
     data_generation,
     errors,
+    exporter,
     gptq,
     pruning,
     ptq,
@@ -20,6 +21,7 @@ from model_compression_toolkit import (
     xquant,
 )
 from model_compression_toolkit.core.tpc_models import get_target_platform_capabilities
+from model_compression_toolkit.exporter import keras_load_quantized_model
 from model_compression_toolkit.observers.log_folder import get_log_folder, log_folder, set_log_folder
 from model_compression_toolkit.ptq import (
     keras_post_training_quantization,
@@ -42,9 +44,11 @@ __all__ = [
     "core",
     "data_generation",
     "errors",
+    "exporter",
     "get_log_folder",
     "get_target_platform_capabilities",
     "gptq",
+    "keras_load_quantized_model",
     "keras_post_training_quantization",
     "log_folder",
     "pruning",

@@ -50,3 +50,13 @@ class ModelWeightsError(MCTError, ValueError):
 class NotProvidedError(MCTError, NotImplementedError):
     """An MCT feature this library does not provide (``mct.gptq``, ``mct.qat``...); the
     message says what to use here instead."""
+class ExportError(MCTError, ValueError):
+    """The model cannot be written in the format asked for (the format, a layer, a bit width)."""
+
+
+class ExportPathError(MCTError, OSError):
+    """The export's destination cannot be written (a folder, a missing parent, no permission)."""
+
+
+class MissingDependencyError(MCTError, ImportError):
+    """A package an optional feature needs is not installed; the message says which extra installs it."""
