@@ -35,7 +35,7 @@ def _quantize(framework: str, **kwargs):
         debug_config=mct.core.DebugConfig(analyze_similarity=False),
     )
     if budget is not None:
-        return fw.ptq(load_trained(framework), data, config, budget)[0], data
+        return fw.ptq(load_trained(framework), data, target_resource_utilization=budget, core_config=config)[0], data
     return fw.ptq(load_trained(framework), data, config)[0], data
 
 
