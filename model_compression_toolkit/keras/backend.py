@@ -37,6 +37,11 @@ class KerasBackend:
         inputs = self._inputs(model)
         return None if inputs is None else len(inputs)
 
+    def input_names(self, model: Any) -> list[str] | None:
+        """The names of the model's inputs (its ``keras.Input`` layers), in ``model.inputs`` order."""
+        inputs = self._inputs(model)
+        return None if inputs is None else [t.name for t in inputs]
+
     def expected_input_shapes(self, model: Any) -> list[tuple | None] | None:
         inputs = self._inputs(model)
         return None if inputs is None else [(None, *tuple(t.shape)[1:]) for t in inputs]
