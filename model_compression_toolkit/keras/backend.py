@@ -74,5 +74,9 @@ class KerasBackend:
         """All outputs of ``model`` in inference mode, flattened, as numpy arrays (none
         for a model built with a tap)."""
         args = [keras.ops.convert_to_tensor(x) for x in inputs]
-        out = model(args[0] if len(args) == 1 else args, training=False)
+        structure = getattr(model, "input", None) if isinstance(model, keras.Model) else None
+        if isinstance(structure, dict):  # a model taking a dict: the list in its flat order
+            out = model(keras.tree.pack_sequence_as(structure, args), training=False)
+        else:
+            out = model(args[0] if len(args) == 1 else args, training=False)
         return [] if out is None else [self.to_numpy(t) for t in keras.tree.flatten(out)]

@@ -25,7 +25,7 @@ from model_compression_toolkit.core.backend import unsupported_warnings
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError
 from model_compression_toolkit.keras import ops
-from model_compression_toolkit.keras.builder import fill, make_layer, template
+from model_compression_toolkit.keras.builder import STRUCTURE_META, fill, make_layer, template
 
 Source = tuple[str, int]  # (graph node, output index)
 _HOW_TO = (
@@ -43,9 +43,32 @@ def read(model: Any, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, list[s
     graph = Graph(model.name, "keras")
     reader = _Reader(graph)
     graph.outputs = reader.expand(view, config, "", None)
+    order = {t.name: i for i, t in enumerate(view.inputs)}  # the order of model.inputs and of the batches
+    graph.inputs.sort(key=lambda name: order.get(name, len(order)))
+    structure = _structure(model, graph)
+    if structure is not None:
+        graph.meta[STRUCTURE_META] = structure
     reader.infer_shapes(sample_inputs)
     graph.validate()
     return graph, unsupported_warnings(graph)
+
+
+def _structure(model: Any, graph: Graph) -> tuple[Any, Any] | None:
+    """The model's input and output structures with flat indices as leaves, when either is
+    more than a tensor or a flat list (a dict of inputs); else None."""
+    try:
+        inputs, outputs = model.input, model.output
+    except (AttributeError, ValueError):
+        return None
+    if not isinstance(inputs, dict) and not isinstance(outputs, dict):
+        return None
+    flat_in, flat_out = keras.tree.flatten(inputs), keras.tree.flatten(outputs)
+    if len(flat_in) != len(graph.inputs) or len(flat_out) != len(graph.outputs):
+        return None
+    return (
+        keras.tree.pack_sequence_as(inputs, list(range(len(flat_in)))),
+        keras.tree.pack_sequence_as(outputs, list(range(len(flat_out)))),
+    )
 
 
 def is_functional(obj: Any) -> bool:
@@ -177,10 +200,15 @@ class _Reader:
                 for src, ref in zip(sources, refs):
                     self.declared.setdefault(src, tuple(ref["shape"]))
                 op, name = objects[layer["name"]], layer["name"] if k == 0 else f"{layer['name']}_{k}"
+                inner = None if isinstance(op, keras.Model) else self._decomposed(op, args, kwargs, refs)
                 if isinstance(op, keras.Model):
                     inner_view, inner_config = functional_config(op)
                     calls[(layer["name"], k)] = self.expand(
                         inner_view, inner_config, self._unique(prefix + name) + "/", sources[:n_args]
+                    )
+                elif inner is not None:
+                    calls[(layer["name"], k)] = self.expand(
+                        inner[0], inner[1], self._unique(prefix + name) + "/", sources
                     )
                 else:
                     calls[(layer["name"], k)] = self._call_node(
@@ -200,6 +228,29 @@ class _Reader:
         for src, tensor in zip(outputs, keras.tree.flatten(view.outputs)):
             self.declared.setdefault(src, tuple(tensor.shape))
         return outputs
+
+    def _decomposed(self, op: Any, args: Any, kwargs: Any, refs: list[dict]) -> tuple[Any, dict] | None:
+        """A composite layer (one made of layers: keras_hub's TransformerEncoder, Keras'
+        MultiHeadAttention) as a functional model of its parts, by calling its ``call`` on
+        symbolic inputs; None when it is not composite or that does not give a model this
+        reader can read (then it stays one unknown node)::
+
+            x -> TransformerEncoder -> y   becomes   x -> [attention parts, add, norm, dense, ...] -> y
+        """
+        if ops.kind_of(op) != OpKind.UNKNOWN or not getattr(op, "_layers", None):
+            return None
+        try:
+            inputs = [keras.Input(batch_shape=tuple(r["shape"]), dtype=r.get("dtype", "float32")) for r in refs]
+            outputs = op.call(*fill(args, inputs), **fill(kwargs, inputs))
+            view, config = functional_config(keras.Model(inputs, outputs))
+            scratch = Graph("check", "keras")
+            for i in range(len(refs)):
+                scratch.add_node(Node(f"in{i}", OpKind.INPUT, "InputLayer"))
+            _Reader(scratch).expand(view, config, "", [(f"in{i}", 0) for i in range(len(refs))])
+        except Exception:  # not expressible as layers and operations (a shape known only when it
+            # runs, a part without get_config): kept whole
+            return None
+        return view, config
 
     def _input_node(self, layer: Any, name: str) -> str:
         config = layer.get_config()
@@ -236,8 +287,8 @@ class _Reader:
             layer_type=ops.layer_type(op),
             attrs=attrs,
             weights=weights,
-            kernel_axes=ops.kernel_axes(kind, class_name, weights),
-            kernel_in_axis=ops.kernel_in_axis(kind, class_name, weights),
+            kernel_axes=ops.kernel_axes(kind, class_name, weights, config),
+            kernel_in_axis=ops.kernel_in_axis(kind, class_name, weights, config),
             fused_activation=None
             if kind in (OpKind.ACTIVATION, OpKind.SOFTMAX)
             else ops.fused_activation(config),
@@ -260,6 +311,8 @@ class _Reader:
             else:
                 outs = self._output_spec(node, inputs)
             specs[node.name] = outs
+            if node.kind not in (OpKind.INPUT, OpKind.SHAPE) and outs and not any(_floating(t) for t in outs):
+                node.kind = OpKind.SHAPE  # ids, masks, positions: no activation to quantize
             node.input_shapes = [tuple(t.shape) for t in inputs]
             node.output_shapes = [tuple(t.shape) for t in outs]
             if node.output_shapes:
@@ -275,6 +328,10 @@ class _Reader:
         except Exception:  # a layer that cannot say: fall back on the shapes in the config
             count = 1 + max((i for (n, i) in self.declared if n == node.name), default=0)
             return [keras.KerasTensor(self.declared.get((node.name, i), (None,))) for i in range(count)]
+
+
+def _floating(tensor: Any) -> bool:
+    return "float" in str(getattr(tensor, "dtype", "float32"))
 
 
 def _refs(value: Any) -> list[tuple]:

@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 
 
-
 @dataclass(frozen=True)
 class Weight:
     """In an args template: the node's weight ``name`` (a tensor the builder registers)."""

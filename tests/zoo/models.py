@@ -200,7 +200,9 @@ def _application(name: str, size: int = 32, **kwargs: Any) -> Callable[[], Any]:
         import keras
 
         keras.utils.set_random_seed(SEED)
-        return getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classes=10, **kwargs)
+        return getattr(keras.applications, name)(
+            weights=None, input_shape=(size, size, 3), classes=10, classifier_activation=None, **kwargs
+        )
 
     return make
 
