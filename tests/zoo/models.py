@@ -38,11 +38,29 @@ class ZooModel:
         layer after layer (its logits end near 1e-10), which no trained model does."""
         model = self.build()
         if self.calibrate:
-            _calibrate_batch_norms(model, self.batches())
+            _calibrate_batch_norms(model, _calibration_batches(self.batches()))
         return model
 
 
+def _calibration_batches(batches: list, n: int = 32) -> list:
+    """``n`` samples like the first batch's (normal noise of its shape), for batch norms'
+    statistics: over 4 samples, a 1x1 map's statistics make a network amplify any noise."""
+    first = batches[0][0]
+    rng = np.random.default_rng(SEED + 1)
+    return [[rng.standard_normal((n, *first.shape[1:])).astype(np.float32)]]
+
+
 def _calibrate_batch_norms(model: Any, batches: list) -> None:
+    if not hasattr(model, "modules"):  # Keras: moving statistics of one training-mode call
+        import keras
+
+        norms = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)]
+        for layer in norms:
+            layer.momentum = 0.0
+        model(np.concatenate([b[0] for b in batches]), training=True)
+        for layer in norms:
+            layer.momentum = 0.99
+        return
     import torch
 
     norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
@@ -234,9 +252,10 @@ def _hub_tokens(keys: tuple[str, ...], vocab: int = 100, length: int = 16) -> li
 
 
 KERAS = [
-    ZooModel("keras_mobilenet_v2", "keras", "keras-cnn", _application("MobileNetV2"), lambda: _images(32, True)),
+    ZooModel("keras_mobilenet_v2", "keras", "keras-cnn", _application("MobileNetV2"), lambda: _images(32, True),
+             calibrate=True),
     ZooModel("keras_mobilenet_v3_small", "keras", "keras-cnn", _application("MobileNetV3Small"),
-             lambda: _images(32, True)),
+             lambda: _images(32, True), calibrate=True),
     ZooModel("keras_efficientnet_v2_b0", "keras", "keras-cnn", _application("EfficientNetV2B0"),
              lambda: _images(32, True)),
     ZooModel("keras_resnet50_v2", "keras", "keras-cnn", _application("ResNet50V2"), lambda: _images(32, True)),
