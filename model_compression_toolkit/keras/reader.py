@@ -39,6 +39,7 @@ _HOW_TO = (
 def read(model: Any, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, list[str]]:
     """Read ``model`` into a validated Graph and the warnings for layers kept in float."""
     view, config = functional_config(model, sample_inputs)
+    check_names(model, view.inputs, getattr(sample_inputs, "names", None))
     check_inputs(view.inputs, sample_inputs)
     graph = Graph(model.name, "keras")
     reader = _Reader(graph)
@@ -121,6 +122,19 @@ def _config_problem(view: Any, error: Exception) -> str:
                 f"Implement get_config() in {type(op).__name__}."
             )
     return f"expected the model's get_config() to work; it raised {type(error).__name__}: {error}"
+
+
+def check_names(model: Any, expected: Sequence[Any], names: Sequence[str] | None) -> None:
+    """Raise InputMismatchError unless the keywords of a dict batch are the model's input names."""
+    if names is None:
+        return
+    wanted = [t.name for t in expected]
+    unknown = [n for n in names if n not in wanted]
+    if unknown:
+        raise InputMismatchError(
+            f"expected keyword inputs that model {model.name!r} takes ({', '.join(wanted)}); got {unknown} in "
+            "the batches from representative_data_gen. Use the names of the model's keras.Input layers as keys."
+        )
 
 
 def check_inputs(expected: Sequence[Any], sample_inputs: Sequence[np.ndarray]) -> None:

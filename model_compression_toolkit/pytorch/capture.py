@@ -111,9 +111,9 @@ def capture(model: nn.Module, sample: Sequence[torch.Tensor], names: Sequence[st
         captured.path = path
         return captured
     raise ModelReadError(
-        f"expected a model torch.fx, transformers' fx tracer or torch.export can capture; all failed for "
-        f"{type(model).__name__}: " + "; ".join(reasons) + ". Make forward's control flow independent of "
-        "tensor values (torch.fx), or make it exportable with torch.export.export(model, args, kwargs)."
+        f"torch.fx could not trace {type(model).__name__}, nor could another capture path; expected a model "
+        "one of them can read. " + "; ".join(reasons) + ". Make forward's control flow independent of tensor "
+        "values (torch.fx), or make the model exportable: torch.export.export(model, args, kwargs)."
     )
 
 

@@ -26,7 +26,7 @@ SEED = 0
 class ZooModel:
     name: str
     framework: str  # "pytorch" or "keras"
-    family: str  # "cnn", "vit", "text", "keras-cnn", "keras-text", "keras-vit"
+    family: str  # "cnn", "mobile", "vit", "text", "keras-cnn", "keras-text", "keras-vit" (tests/zoo/test_zoo.py)
     build: Callable[[], Any]
     batches: Callable[[], list]  # the representative batches (the first is the float reference)
     calibrate: bool = False
@@ -160,7 +160,7 @@ def _as_list(batches: list, keys: tuple[str, ...]) -> list:
 
 PYTORCH = [
     ZooModel("tv_resnet18", "pytorch", "cnn", _torchvision("resnet18"), lambda: _images(32)),
-    ZooModel("tv_mobilenet_v3_small", "pytorch", "cnn", _torchvision("mobilenet_v3_small"), lambda: _images(32),
+    ZooModel("tv_mobilenet_v3_small", "pytorch", "mobile", _torchvision("mobilenet_v3_small"), lambda: _images(32),
              calibrate=True),
     ZooModel(
         "tv_vit", "pytorch", "vit",
@@ -179,7 +179,7 @@ PYTORCH = [
         lambda: _images(56),
     ),
     ZooModel("timm_efficientnet_b0", "pytorch", "cnn", _timm("efficientnet_b0"), lambda: _images(32)),
-    ZooModel("timm_mobilenetv3_large", "pytorch", "cnn", _timm("mobilenetv3_large_100"), lambda: _images(32)),
+    ZooModel("timm_mobilenetv3_large", "pytorch", "mobile", _timm("mobilenetv3_large_100"), lambda: _images(32)),
     ZooModel("timm_convnext_atto", "pytorch", "cnn", _timm("convnext_atto"), lambda: _images(32)),
     ZooModel("hf_bert", "pytorch", "text", _hf("BertConfig", "BertModel", **_BERT), lambda: _tokens(100)),
     ZooModel(
@@ -252,9 +252,9 @@ def _hub_tokens(keys: tuple[str, ...], vocab: int = 100, length: int = 16) -> li
 
 
 KERAS = [
-    ZooModel("keras_mobilenet_v2", "keras", "keras-cnn", _application("MobileNetV2"), lambda: _images(32, True),
+    ZooModel("keras_mobilenet_v2", "keras", "mobile", _application("MobileNetV2"), lambda: _images(32, True),
              calibrate=True),
-    ZooModel("keras_mobilenet_v3_small", "keras", "keras-cnn", _application("MobileNetV3Small"),
+    ZooModel("keras_mobilenet_v3_small", "keras", "mobile", _application("MobileNetV3Small"),
              lambda: _images(32, True), calibrate=True),
     ZooModel("keras_efficientnet_v2_b0", "keras", "keras-cnn", _application("EfficientNetV2B0"),
              lambda: _images(32, True)),
