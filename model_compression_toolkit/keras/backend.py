@@ -74,7 +74,8 @@ class KerasBackend:
         """All outputs of ``model`` in inference mode, flattened, as numpy arrays (none
         for a model built with a tap)."""
         args = [keras.ops.convert_to_tensor(x) for x in inputs]
-        structure = getattr(model, "input", None) if isinstance(model, keras.Model) else None
+        inner = model.model if isinstance(model, builder.TappedModel) else model
+        structure = getattr(inner, "input", None) if isinstance(inner, keras.Model) else None
         if isinstance(structure, dict):  # a model taking a dict: the list in its flat order
             out = model(keras.tree.pack_sequence_as(structure, args), training=False)
         else:

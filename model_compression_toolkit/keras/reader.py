@@ -14,8 +14,9 @@ refused rather than built.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import keras
@@ -255,7 +256,8 @@ class _Reader:
             return None
         try:
             inputs = [keras.Input(batch_shape=tuple(r["shape"]), dtype=r.get("dtype", "float32")) for r in refs]
-            outputs = op.call(*fill(args, inputs), **fill(kwargs, inputs))
+            with _inlined(op):
+                outputs = op.call(*fill(args, inputs), **fill(kwargs, inputs))
             view, config = functional_config(keras.Model(inputs, outputs))
             scratch = Graph("check", "keras")
             for i in range(len(refs)):
@@ -342,6 +344,38 @@ class _Reader:
         except Exception:  # a layer that cannot say: fall back on the shapes in the config
             count = 1 + max((i for (n, i) in self.declared if n == node.name), default=0)
             return [keras.KerasTensor(self.declared.get((node.name, i), (None,))) for i in range(count)]
+
+
+class _Inline:
+    """Stands for a sublayer during a symbolic call: calls its ``call``, so its own layers
+    are recorded instead of it (keras_hub's ViT ``MLP``, which has no get_config)."""
+
+    def __init__(self, layer: Any) -> None:
+        self.layer = layer
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with _inlined(self.layer):
+            return self.layer.call(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _inlined(op: Any) -> Iterator[None]:
+    """Within: every sublayer attribute of ``op`` that cannot give its config is an `_Inline`
+    (set past Keras' attribute tracking, and put back after)."""
+    swapped = {}
+    for name, value in list(vars(op).items()):
+        if isinstance(value, keras.layers.Layer) and getattr(value, "_layers", None):
+            try:
+                value.get_config()
+            except Exception:  # NotImplementedError: a layer written without get_config
+                swapped[name] = value
+    try:
+        for name, value in swapped.items():
+            object.__setattr__(op, name, _Inline(value))
+        yield
+    finally:
+        for name, value in swapped.items():
+            object.__setattr__(op, name, value)
 
 
 def _floating(tensor: Any) -> bool:

@@ -20,6 +20,7 @@ _MOVING = ("view", "_unsafe_view", "reshape", "permute", "transpose", "t", "unsq
 _MOVING += ("slice", "select", "contiguous", "flatten", "unflatten", "unbind", "split", "split_with_sizes")
 _MOVING += ("chunk", "narrow", "alias", "flip", "roll", "repeat", "gather", "index_select", "movedim")
 _MOVING += ("constant_pad_nd", "pad", "expand_as", "view_as", "reshape_as", "repeat_interleave")
+_MOVING += ("swapaxes", "swapdims", "moveaxis", "tile", "narrow", "take_along_dim", "index_select", "unfold")
 _MOVING += ("to", "_to_copy", "type_as", "lift_fresh_copy")  # casts: float to float here (else SHAPE)
 _BY_NAME: dict[str, tuple[OpKind, str | None]] = {
     **{name: (OpKind.ACTIVATION, name) for name in _ACTIVATIONS},

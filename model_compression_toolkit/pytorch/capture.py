@@ -76,6 +76,9 @@ def private_copy(model: nn.Module) -> nn.Module:
     return work
 
 
+_CACHE_KEYS = ("past_key_values", "cache")  # the name transformers 5 gives it, and the older one
+
+
 def without_cache(model: nn.Module, sample: Sequence[torch.Tensor], names: Sequence[str]) -> list[str]:
     """A Hugging Face model that returns a key/value cache (an object, not an activation) is
     read with ``config.use_cache=False``; returns the note that says so, or none."""
@@ -88,11 +91,11 @@ def without_cache(model: nn.Module, sample: Sequence[torch.Tensor], names: Seque
         except Exception:  # the capture says why the model does not run
             return []
     config.use_cache = False
-    if getattr(out, "get", None) is None or out.get("past_key_values") is None:
+    if getattr(out, "get", None) is None or all(out.get(k) is None for k in _CACHE_KEYS):
         return []
     return [
         f"{type(model).__name__} was read with config.use_cache=False: its quantized model returns no "
-        "past_key_values. Generate with use_cache=False, or take the cache from the float model."
+        "key/value cache (past_key_values). Generate with use_cache=False, or take the cache from the float model."
     ]
 
 
@@ -150,7 +153,29 @@ def _fx(model: nn.Module, sample: Sequence[torch.Tensor], names: Sequence[str]) 
     gm = fx.symbolic_trace(model, concrete_args={name: default for _, name, default in fixed} or None)
     if fixed:
         _drop_specialization_checks(gm, [position for position, _, _ in fixed])
+    _drop_shape_asserts(gm)
     return Captured(gm, "torch.fx", fixed)
+
+
+_SHAPE_CHECKS = frozenset({getattr, operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge})
+_SHAPE_CHECKS |= {operator.and_, operator.or_, operator.not_, operator.getitem, len}
+
+
+def _drop_shape_asserts(gm: fx.GraphModule) -> None:
+    """Remove ``torch._assert`` calls and the shape reads nothing uses any more (timm's
+    ``_assert(x.ndim == 4)``): a check of a shape the trace fixed, whose reading of ``x``
+    would otherwise make ``conv -> bn`` look shared and stop the batch norm's folding."""
+    graph, changed = gm.graph, False
+    for node in reversed(list(graph.nodes)):  # users come after: one pass reaches every dead check
+        check = node.op == "call_function" and node.target is torch._assert
+        pure = node.op == "call_function" and node.target in _SHAPE_CHECKS
+        pure = pure or (node.op == "call_method" and node.target in ("size", "dim"))
+        if check or (pure and not node.users):
+            graph.erase_node(node)
+            changed = True
+    if changed:
+        graph.lint()
+        gm.recompile()
 
 
 def _hf_fx(model: nn.Module, sample: Sequence[torch.Tensor], names: Sequence[str]) -> Captured:
@@ -173,8 +198,9 @@ def _export(model: nn.Module, sample: Sequence[torch.Tensor], names: Sequence[st
     gm = program.module()
     out_spec = gm._out_spec  # the output's pytree structure: a ModelOutput stays one
     gm.graph._codegen = fx.graph.CodeGen()  # flat inputs and outputs; the builder restores the structure
-    for node in list(gm.graph.nodes):  # torch.export's checks of the input spec: not part of the model
-        if node.op == "call_function" and node.target is torch.ops.aten._assert_tensor_metadata.default:
+    for node in reversed(list(gm.graph.nodes)):  # torch.export's checks of its inputs: not the model's
+        check = node.op == "call_function" and node.target is torch.ops.aten._assert_tensor_metadata.default
+        if check or (node.op == "call_module" and node.target == "_guards_fn"):
             gm.graph.erase_node(node)
     gm._forward_pre_hooks.clear()
     gm.recompile()

@@ -37,6 +37,7 @@ from model_compression_toolkit.pytorch.ops import Ref, as_tensor, map_structure
 
 OUTPUTS_META = "pytorch_outputs"
 OUT_SPEC_META = "pytorch_out_spec"  # the output's pytree structure (torch.export), or None
+CAPTURE_META = "pytorch_capture"  # the path that captured the model ("torch.fx", "torch.export")
 DEVICE_META = "pytorch_device"  # the device of the model's weights: built models go there
 
 
@@ -59,6 +60,7 @@ def read(model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, 
     shapes, dtypes, floating = _propagate(gm, sample_inputs, type(model).__name__)
     graph = _to_graph(gm, shapes, dtypes, floating, type(model).__name__)
     graph.meta[OUT_SPEC_META] = captured.out_spec
+    graph.meta[CAPTURE_META] = captured.path
     graph.meta[DEVICE_META] = device
     no_activation(graph)
     graph.validate()
@@ -89,7 +91,9 @@ def _given_names(model: nn.Module, sample: Sequence[np.ndarray]) -> list[str]:
         if params is None or len(params) < len(sample):  # forward(*args): names of our own
             return [f"input_{i}" for i in range(len(sample))]
         return params[: len(sample)]
-    takes_any = _takes_var_keyword(model)
+    # keys must name forward's parameters; any key only for a forward(**inputs) with none named
+    # (a Hugging Face forward also takes **kwargs, where a misspelt key would vanish)
+    takes_any = _takes_var_keyword(model) and not params
     unknown = [n for n in names if params is not None and n not in params and not takes_any]
     if unknown:
         raise InputMismatchError(

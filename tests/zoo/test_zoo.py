@@ -35,7 +35,8 @@ BOUNDS["keras-vit"] = 0.99
 # Layers kept float because the library cannot read into them yet; each holds weights.
 KNOWN_FLOAT = {
     "keras_hub_gpt2": {"TransformerDecoder"},  # builds its causal mask from the runtime length
-    "keras_hub_vit": {"ViTPatchingAndEmbedding", "ViTEncoderBlock"},  # parts without get_config
+    # its patching uses variables outside layers; its blocks' parts share names ("dropout")
+    "keras_hub_vit": {"ViTPatchingAndEmbedding", "ViTEncoderBlock"},
 }
 # Op types that move or select values, or compute masks and indices: never unsupported.
 NOTHING_TO_QUANTIZE = {"expand", "chunk", "split", "unbind", "reshape_as", "swapaxes", "truediv", "getitem"}
@@ -74,9 +75,9 @@ def test_zoo_model_quantizes_with_every_stage_logged(name, tmp_path):
 
     float_out, quant_out = run_model(model, batches[0], zoo.framework), run_model(q_model, batches[0], zoo.framework)
     assert type(quant_out) is type(float_out)  # a ModelOutput stays one, a dict a dict
-    if isinstance(float_out, dict):
-        assert list(quant_out) == list(float_out)
+    if isinstance(float_out, dict):  # but the key/value cache a causal LM is read without
+        assert list(quant_out) == [k for k in float_out if k not in ("cache", "past_key_values")]
     f, q = leaves(float_out)[0], leaves(quant_out)[0]
     assert q.shape == f.shape and np.isfinite(q).all()
     assert _cosine(f, q) >= BOUNDS[zoo.family], f"{name}: cosine {_cosine(f, q):.4f}"
-    assert sum(1 for layer in info.layers.values() if layer.weights) >= 4
+    assert sum(1 for layer in info.layers.values() if layer.weights or layer.activation) >= 4
