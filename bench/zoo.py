@@ -80,7 +80,11 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--one", name, "--package", str(args.package)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("ROW ")), None)
-        row = json.loads(line[4:]) if line else {"model": name, "error": f"exit {proc.returncode}: " + proc.stderr[-300:]}
+        row = (
+            json.loads(line[4:])
+            if line
+            else {"model": name, "error": f"exit {proc.returncode}: " + proc.stderr[-300:]}
+        )
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.json:

@@ -41,7 +41,10 @@ _BY_NAME: dict[str, tuple[OpKind, str | None]] = {
     "scaled_dot_product_attention": (OpKind.ATTENTION, None),
     "embedding": (OpKind.EMBEDDING, None),
     "mean": (OpKind.MEAN, None),
-    **{name: (OpKind.POOL, None) for name in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool1d")},
+    **{
+        name: (OpKind.POOL, None)
+        for name in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool1d")
+    },
     "avg_pool1d": (OpKind.POOL, None),
     "adaptive_avg_pool1d": (OpKind.POOL, None),
     "upsample_nearest2d": (OpKind.RESIZE, None),

@@ -70,7 +70,9 @@ class DecomposedMultiheadAttention(nn.Module):
             out = torch.matmul(weights, v)
             weights = weights.mean(dim=1) if average_attn_weights else weights
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal and mask is None)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=is_causal and mask is None
+            )
             weights = None
         out = self.out_proj(out.transpose(1, 2).flatten(2))
         return (out if self.batch_first else out.transpose(0, 1)), weights
@@ -113,7 +115,9 @@ def additive_mask(
             m = m.reshape(n, 1, 1, -1)
         elif m.dim() == 3:  # (N * heads, L, S)
             m = m.reshape(n, heads, m.shape[-2], m.shape[-1])
-        mask = mask + (torch.zeros_like(m, dtype=q.dtype).masked_fill(m, float("-inf")) if m.dtype == torch.bool else m)
+        mask = mask + (
+            torch.zeros_like(m, dtype=q.dtype).masked_fill(m, float("-inf")) if m.dtype == torch.bool else m
+        )
     return mask
 
 

@@ -157,7 +157,9 @@ def _fx(model: nn.Module, sample: Sequence[torch.Tensor], names: Sequence[str]) 
     return Captured(gm, "torch.fx", fixed)
 
 
-_SHAPE_CHECKS = frozenset({getattr, operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge})
+_SHAPE_CHECKS = frozenset(
+    {getattr, operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge}
+)
 _SHAPE_CHECKS |= {operator.and_, operator.or_, operator.not_, operator.getitem, len}
 
 

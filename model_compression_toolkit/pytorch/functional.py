@@ -44,7 +44,9 @@ class Slots:
 _LINEAR = Slots({"kernel": (1, "weight"), "bias": (2, "bias")})
 _CONV = Slots({"kernel": (1, "weight"), "bias": (2, "bias")}, groups=(6, "groups"))
 # transformers' Conv1D (GPT-2): addmm(bias, x, weight) with an (in, out) kernel
-_ADDMM = Slots({"kernel": (2, "mat2"), "bias": (0, "input")}, kernel_axes=((1,), 0), scalars=((3, "beta"), (4, "alpha")))
+_ADDMM = Slots(
+    {"kernel": (2, "mat2"), "bias": (0, "input")}, kernel_axes=((1,), 0), scalars=((3, "beta"), (4, "alpha"))
+)
 _LAYER_NORM = Slots({"gamma": (2, "weight"), "beta": (3, "bias")}, epsilon=(4, "eps"))
 _BATCH_NORM = Slots(
     {"mean": (1, "running_mean"), "variance": (2, "running_var"), "gamma": (3, "weight"), "beta": (4, "bias")},

@@ -39,7 +39,9 @@ def no_activation(graph: Graph) -> list[str]:
         if node.kind in (OpKind.INPUT, OpKind.CONSTANT, OpKind.SHAPE) or graph.is_output(name):
             continue
         uses = graph.out_edges(name)
-        if uses and all(graph.node(e.dst).kind == OpKind.SHAPE or e.dst_index in masks.get(e.dst, ()) for e in uses):
+        if uses and all(
+            graph.node(e.dst).kind == OpKind.SHAPE or e.dst_index in masks.get(e.dst, ()) for e in uses
+        ):
             node.kind = OpKind.SHAPE
             changed.append(name)
     return changed

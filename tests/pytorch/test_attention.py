@@ -33,7 +33,9 @@ def test_decomposed_multihead_attention_computes_what_the_module_does(batch_firs
     kv = torch.randn(3, 7, 16) if batch_first else torch.randn(7, 3, 16)
     kwargs = {}
     if mask == "key_padding":
-        kwargs["key_padding_mask"] = torch.zeros(3, 7, dtype=torch.bool).index_fill_(1, torch.tensor([5, 6]), True)
+        kwargs["key_padding_mask"] = torch.zeros(3, 7, dtype=torch.bool).index_fill_(
+            1, torch.tensor([5, 6]), True
+        )
     elif mask == "bool_attn":
         kwargs["attn_mask"] = torch.rand(5, 7) > 0.7
         kwargs["attn_mask"][:, 0] = False  # every query sees one key

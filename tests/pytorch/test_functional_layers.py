@@ -42,7 +42,9 @@ class FunctionalNet(nn.Module):
 
     def forward(self, x):
         y = F.conv2d(x, self.conv.weight, self.conv.bias, 1, 1)
-        y = F.batch_norm(y, self.bn.running_mean, self.bn.running_var, self.bn.weight, self.bn.bias, False, 0.1, 1e-5)
+        y = F.batch_norm(
+            y, self.bn.running_mean, self.bn.running_var, self.bn.weight, self.bn.bias, False, 0.1, 1e-5
+        )
         y = F.relu(y).mean((2, 3))
         y = F.layer_norm(y, (6,), self.norm.weight, self.norm.bias, 1e-5)
         return F.linear(y, self.fc.weight, self.fc.bias)
@@ -61,7 +63,9 @@ def test_functional_layers_carry_their_weights_and_are_named_after_their_module(
     assert set(bn.weights) == {"gamma", "beta", "mean", "variance"} and bn.attrs["epsilon"] == 1e-5
     assert not [n for n in graph.nodes() if n.kind == OpKind.CONSTANT]  # the parameters moved into the layers
     x = _images()[0]
-    np.testing.assert_allclose(BACKEND.run(BACKEND.build(graph, False), x)[0], BACKEND.run(model, x)[0], atol=1e-5)
+    np.testing.assert_allclose(
+        BACKEND.run(BACKEND.build(graph, False), x)[0], BACKEND.run(model, x)[0], atol=1e-5
+    )
 
 
 def test_a_functional_batch_norm_folds_into_the_functional_conv_before_it():
@@ -101,7 +105,9 @@ def test_timm_norm_act_layers_fold_into_their_conv():
     q_model, info = mct.ptq.pytorch_post_training_quantization(model, lambda: iter(batches), NO_SIMILARITY)
     assert info.unsupported_layers == []
     assert info.layers["conv"].origin == ["conv", "bn"]  # BatchNormAct2d's F.batch_norm, folded
-    assert info.layers["bn.act"].activation is not None and info.layers["norm"].kind == OpKind.LAYER_NORM.value
+    assert (
+        info.layers["bn.act"].activation is not None and info.layers["norm"].kind == OpKind.LAYER_NORM.value
+    )
     x = torch.as_tensor(batches[0][0])
     with torch.no_grad():
         f, q = model(x), q_model(x)
@@ -134,12 +140,18 @@ def test_ops_with_nothing_to_quantize_pass_quantization_through_and_are_never_un
     batches = [[rng.standard_normal((3, 4, 8)).astype(np.float32)] for _ in range(2)]
     q_model, info = mct.ptq.pytorch_post_training_quantization(model, lambda: iter(batches), NO_SIMILARITY)
     assert info.unsupported_layers == [] and not [w for w in info.warnings if "not supported" in w]
-    movers = {n: layer for n, layer in info.layers.items() if layer.layer_type in ("chunk", "split", "unbind", "expand")}
+    movers = {
+        n: layer
+        for n, layer in info.layers.items()
+        if layer.layer_type in ("chunk", "split", "unbind", "expand")
+    }
     movers |= {n: layer for n, layer in info.layers.items() if layer.layer_type in ("reshape_as", "swapaxes")}
     assert len(movers) == 7
     for name, layer in movers.items():
         assert layer.activation is None and "only moves values" in info.float_layers[name], name
-    assert not [n for n, layer in info.layers.items() if layer.layer_type == "stochastic_depth"]  # removed in eval
+    assert not [
+        n for n, layer in info.layers.items() if layer.layer_type == "stochastic_depth"
+    ]  # removed in eval
     assert info.layers["truediv"].activation is not None  # a new scale: quantized again
     x = torch.as_tensor(batches[0][0])
     with torch.no_grad():

