@@ -112,6 +112,7 @@ _OPS: dict[str, OpKind] = {
     **dict.fromkeys(["TakeAlongAxis", "Split", "Tile", "Repeat", "BroadcastTo", "Flip", "Roll"], K.RESHAPE),
     **dict.fromkeys(["Swapaxes", "Moveaxis", "Flatten", "Cast", "Unstack"], K.RESHAPE),
     **dict.fromkeys(["Einsum", "Matmul", "Dot", "Tensordot"], K.MATMUL),
+    "DotProductAttention": K.ATTENTION,
     **dict.fromkeys(["Sqrt", "Rsqrt", "Exp", "Power", "Square", "Negative", "Abs", "Erf"], K.ELEMENTWISE),
 }
 # Layers outside Keras' public API, by class name in a keras or keras_hub module: lookups

@@ -383,10 +383,11 @@ def _floating(tensor: Any) -> bool:
 
 
 def _refs(value: Any) -> list[tuple]:
-    """The ``[name, node, tensor]`` leaves of a nested input/output structure, in order."""
+    """The ``[name, node, tensor]`` leaves of a nested input/output structure, in the order
+    ``keras.tree.flatten`` gives the model's tensors (a dict's by sorted key)."""
     if isinstance(value, (list, tuple)) and len(value) == 3 and isinstance(value[0], str):
         return [tuple(value)]
-    items = value.values() if isinstance(value, dict) else value
+    items = [value[k] for k in sorted(value)] if isinstance(value, dict) else value
     return [ref for v in items for ref in _refs(v)]
 
 
