@@ -6,6 +6,9 @@ TORCH = ["torch>=2.2"]
 TF = ["tensorflow>=2.16"]
 TF_CPU = ["tensorflow-cpu>=2.16"]
 DEV = ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "scikit-learn>=1.3", "sphinx>=7", "selenium>=4.10"]
+# the zoo test's real architectures (tests/zoo); keras-hub is installed by the Makefile with
+# --no-deps: its tensorflow-text dependency would pull the full tensorflow beside tensorflow-cpu
+DEV += ["timm>=1.0", "transformers>=4.40", "regex", "tokenizers"]
 
 setup(
     name="model_compression_toolkit",
