@@ -6,9 +6,9 @@ into ``aten.linear``). The reader moves those parameters into the node's weights
 that the core quantizes and folds them as it does a module's::
 
     get_attr(fc.weight) -> F.linear(x, ., .)  <- get_attr(fc.bias)
-        becomes   x -> F.linear[kernel, bias] (x, Weight("kernel"), Weight("bias"))
+        becomes   x -> F.linear[kernel, bias](x, None, None)
 
-and the builder puts each weight back in its slot (`Weight`), quantized or not, with a
+and the builder puts each weight back in its slot (`Slots`), quantized or not, with a
 bias that folding or bias correction added where the call had None.
 """
 
@@ -19,13 +19,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-
-@dataclass(frozen=True)
-class Weight:
-    """In an args template: the node's weight ``name`` (a tensor the builder registers)."""
-
-    name: str
 
 
 @dataclass(frozen=True)

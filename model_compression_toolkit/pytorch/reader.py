@@ -295,7 +295,10 @@ def _to_graph(
                 return Ref(len(inputs) - 1)
             return leaf
 
-        args, kwargs = map_structure((tuple(n.args), dict(n.kwargs)), to_ref) if not slot_of else _template(n, slot_of, to_ref)
+        if slot_of:
+            args, kwargs = _template(n, slot_of, to_ref)
+        else:
+            args, kwargs = map_structure((tuple(n.args), dict(n.kwargs)), to_ref)
         if n.op == "output":
             graph.meta[OUTPUTS_META] = args[0]
             graph.outputs = [(names[x.name], 0) for x in inputs]
@@ -332,8 +335,8 @@ def _weight_slots(n: fx.Node, weights: dict[str, torch.Tensor] | None) -> dict[s
 
 
 def _template(n: fx.Node, slot_of: dict[str, tuple[int, str]], to_ref: Any) -> tuple[tuple, dict]:
-    """The args template of a functional layer: its weights as `Weight` markers, None
-    where it has none (the builder fills the slots from the node's weights)."""
+    """The args template of a functional layer: None in each weight slot (the builder fills
+    the slots from the node's weights, which folding may have added to)."""
     args, kwargs = list(n.args), dict(n.kwargs)
     for slot in slot_of.values():
         if functional.argument(args, kwargs, slot) is not None or slot[0] < len(args):
