@@ -1,11 +1,13 @@
 """The zoo table: for each model of `tests.zoo.models`, PTQ with logging on, and the
 layers kept float (unsupported), the output cosine to float and the PTQ time.
 
-    .venv/bin/python bench/zoo.py [--package DIR] [--only NAME ...] [--json OUT]
+    .venv/bin/python bench/zoo.py [--package DIR] [--before DIR] [--only NAME ...] [--json OUT]
 
-``--package DIR`` imports ``model_compression_toolkit`` from DIR (an older checkout, to
-measure before and after a change); the zoo itself always comes from this tree. Each
-model runs in its own process, so a crash or a hang costs only its row.
+``--package DIR`` imports ``model_compression_toolkit`` from DIR (an older checkout); with
+``--before DIR`` each model runs with DIR's package and then with this one, one right
+after the other, so that both times see the same load on a shared machine. The zoo itself
+always comes from this tree. Each run is its own process, so a crash or a hang costs only
+its row.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def measure(name: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--package", type=Path, default=ROOT)
+    parser.add_argument("--before", type=Path)
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--one", help=argparse.SUPPRESS)
