@@ -79,17 +79,17 @@ def main() -> None:
     from tests.zoo.models import ZOO
 
     rows = []
+    packages = [args.before, args.package] if args.before else [args.package]
     for name in args.only or list(ZOO):
-        cmd = [sys.executable, __file__, "--one", name, "--package", str(args.package)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        line = next((x for x in proc.stdout.splitlines() if x.startswith("ROW ")), None)
-        row = (
-            json.loads(line[4:])
-            if line
-            else {"model": name, "error": f"exit {proc.returncode}: " + proc.stderr[-300:]}
-        )
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        for package in packages:
+            cmd = [sys.executable, __file__, "--one", name, "--package", str(package)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            line = next((x for x in proc.stdout.splitlines() if x.startswith("ROW ")), None)
+            failed = {"model": name, "error": f"exit {proc.returncode}: " + proc.stderr[-300:]}
+            row = json.loads(line[4:]) if line else failed
+            row["package"] = str(package)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -214,10 +214,19 @@ def build(
     fx_graph.output(result)
     model = fx.GraphModule(root, fx_graph, class_name=graph.name)
     model.meta[BUILT_MARK] = True
-    model = model.to(graph.meta.get(DEVICE_META) or "cpu").eval()
+    model = model.to(_device(graph)).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model
+
+
+def _device(graph: Graph) -> Any:
+    """Where the model was read; for a graph the core made of its nodes (the similarity's
+    local models), where those nodes were read."""
+    device = graph.meta.get(DEVICE_META)
+    if device is None:
+        device = next((n.payload["device"] for n in graph.nodes() if n.payload and "device" in n.payload), None)
+    return device or "cpu"
 
 
 def _restore_structure(fx_graph: fx.Graph, graph: Graph, inputs: list[fx.Node]) -> None:

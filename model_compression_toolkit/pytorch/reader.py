@@ -62,6 +62,8 @@ def read(model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, 
     graph.meta[OUT_SPEC_META] = captured.out_spec
     graph.meta[CAPTURE_META] = captured.path
     graph.meta[DEVICE_META] = device
+    for node in graph.nodes():  # graphs the core makes of some of these nodes are built there too
+        node.payload["device"] = device
     no_activation(graph)
     graph.validate()
     warnings = unsupported_warnings(graph) + notes
