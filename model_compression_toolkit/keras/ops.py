@@ -116,11 +116,13 @@ _OPS: dict[str, OpKind] = {
     **dict.fromkeys(["Sqrt", "Rsqrt", "Exp", "Power", "Square", "Negative", "Abs", "Erf"], K.ELEMENTWISE),
 }
 # Layers outside Keras' public API, by class name in a keras or keras_hub module: lookups
-# whose output is an activation, and ConvNeXt's per-channel scale.
+# whose output is an activation, ConvNeXt's per-channel scale, and InceptionResNetV2's
+# scaled residual sum (``x + branch * scale``).
 _NAMED_LAYERS: dict[str, OpKind] = {
     **dict.fromkeys(["ReversibleEmbedding", "PositionEmbedding", "RotaryEmbedding"], K.EMBEDDING),
     "TokenAndPositionEmbedding": K.EMBEDDING,
     "LayerScale": K.MUL,
+    "CustomScaleLayer": K.ADD,
 }
 
 # a layer's variable name -> neutral weight name
