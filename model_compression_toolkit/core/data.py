@@ -1,7 +1,9 @@
 """The representative dataset: checked before any work starts, then iterated once.
 
 ``representative_data_gen`` is a callable returning an iterable of batches; each batch
-is a list (or tuple) with one array per model input, batch dimension first, as in MCT.
+is a list (or tuple) with one array per model input, batch dimension first, as in MCT, or
+a dict of keyword inputs (``{"input_ids": ..., "attention_mask": ...}``), which is served
+as a `NamedBatch`: the arrays in the model's input order, their keywords in ``names``.
 
 Every array is copied as it is read, so a generator that refills one buffer for every
 batch cannot change a batch the library keeps (the float samples of the similarity
@@ -12,7 +14,7 @@ with it, when a call fails or is interrupted too, so a generator's ``finally`` r
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,15 @@ from model_compression_toolkit.core.backend import Backend
 from model_compression_toolkit.errors import InputMismatchError, RepresentativeDataError
 
 Batch = list[np.ndarray]
+
+
+class NamedBatch(list):
+    """A batch given as a dict of keyword inputs: a list of its arrays, in the order the
+    model takes them, whose ``names`` are their keywords."""
+
+    def __init__(self, arrays: list[np.ndarray], names: tuple[str, ...]) -> None:
+        super().__init__(arrays)
+        self.names = names
 
 
 def _describe(value: Any) -> str:
@@ -52,6 +63,8 @@ class RepresentativeData:
         self._open: list[Iterator[Any]] = []  # iterations started and not yet closed
         self._shapes: list[tuple | None] = []  # the input shapes the model declares
         self.samples_read = 0  # samples of the last full pass (`batches`)
+        self._names: tuple[str, ...] | None = None  # the keywords of dict batches, in input order
+        self._model_names = list(backend.input_names(model) or [])
         try:
             self._check_first(model)
         except BaseException:
@@ -74,11 +87,35 @@ class RepresentativeData:
         self._open.append(iterator)
         return iterator
 
+    def _order(self, batch: Mapping, index: int) -> list[Any]:
+        """A dict batch's values in the model's input order (the first batch sets the keys)."""
+        keys = [str(k) for k in batch]
+        if self._names is None:
+            known = [n for n in self._model_names if n in keys]
+            self._names = tuple(known + [k for k in keys if k not in known])
+        if set(keys) != set(self._names):
+            raise InputMismatchError(
+                f"expected every batch to give the keyword inputs of the first ({', '.join(self._names)}); "
+                f"batch {index} gives ({', '.join(keys)}). Yield the same keys in every batch."
+            )
+        return [batch[k] for k in self._names]
+
     def _convert(self, batch: Any, index: int) -> Batch:
-        if not isinstance(batch, (list, tuple)):
+        if isinstance(batch, NamedBatch):  # the first batch, converted already
+            return batch
+        named = isinstance(batch, Mapping)
+        if named:
+            batch = self._order(batch, index)
+        elif not isinstance(batch, (list, tuple)):
             raise RepresentativeDataError(
                 f"each batch from representative_data_gen must be a list or tuple of arrays, one per "
-                f"model input; batch {index} is a {_describe(batch)}. Yield [x] rather than x."
+                f"model input (or a dict of keyword inputs); batch {index} is a {_describe(batch)}. "
+                "Yield [x] rather than x."
+            )
+        elif self._names is not None:
+            raise RepresentativeDataError(
+                f"expected every batch to be a dict of keyword inputs, as the first is; batch {index} is a "
+                f"{type(batch).__name__}. Yield the same kind of batch every time."
             )
         arrays = []
         for i, item in enumerate(batch):
@@ -97,7 +134,7 @@ class RepresentativeData:
         if self._first is not None:  # a later batch: the same inputs as the first one
             self._check_count(arrays, len(self._first), index)
             self._check_shapes(arrays, index)
-        return arrays
+        return NamedBatch(arrays, self._names) if named and self._names is not None else arrays
 
     def _check_count(self, arrays: Batch, expected: int | None, index: int) -> None:
         if expected is not None and len(arrays) != expected:
@@ -130,8 +167,12 @@ class RepresentativeData:
                 "representative_data_gen yielded no batches; it must yield at least one list of arrays"
             ) from None
         self._first = self._convert(first, 0)
-        self._check_count(self._first, self._backend.input_count(model), 0)
+        if self._names is None:  # keyword inputs: the backend checks their names
+            self._check_count(self._first, self._backend.input_count(model), 0)
         self._shapes = list(self._backend.expected_input_shapes(model) or [])
+        if self._names is not None and self._shapes:  # the declared shapes in the batch's order
+            by_name = dict(zip(self._model_names, self._shapes))
+            self._shapes = [by_name.get(n) for n in self._names]
         self._check_shapes(self._first, 0)
 
     @property

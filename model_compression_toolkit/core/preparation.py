@@ -28,7 +28,7 @@ SHIFT_NEGATIVE_FUNCTIONS = frozenset(
 _FOLDABLE = frozenset({OpKind.CONV, OpKind.CONV_TRANSPOSE, OpKind.DENSE})
 _NO_OUTPUT_QUANT = {
     OpKind.CONSTANT: "a constant tensor, not an activation",
-    OpKind.SHAPE: "produces a shape or other non-tensor value",
+    OpKind.SHAPE: "computes a shape, indices or a mask, not an activation: nothing to quantize",
     OpKind.UNKNOWN: "unsupported op: kept in float and passed through unchanged",
 }
 

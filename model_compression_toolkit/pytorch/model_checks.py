@@ -78,6 +78,11 @@ def check_hooks(work: nn.Module, sample_inputs: Sequence[Any]) -> str | None:
     name = type(work).__name__
     device = next((t.device for t in (*work.parameters(), *work.buffers())), torch.device("cpu"))
     inputs = [as_tensor(x, device) for x in sample_inputs]
+    keywords = getattr(sample_inputs, "names", None)  # a dict batch: forward's keyword inputs
+
+    def run() -> Any:
+        return work(**dict(zip(keywords, inputs))) if keywords else work(*inputs)
+
     listed = "; ".join(hooks)
     how = (
         "Put what they do into the model's forward (or a module of their own), or, to quantize the "
@@ -86,7 +91,7 @@ def check_hooks(work: nn.Module, sample_inputs: Sequence[Any]) -> str | None:
     )
     with torch.no_grad():
         try:
-            hooked: list[torch.Tensor] | None = _flat_tensors(work(*inputs))
+            hooked: list[torch.Tensor] | None = _flat_tensors(run())
             failure = None
         except Exception as e:  # noqa: BLE001 - compared with the run without hooks below
             hooked, failure = None, e
@@ -94,7 +99,7 @@ def check_hooks(work: nn.Module, sample_inputs: Sequence[Any]) -> str | None:
             module._forward_hooks.clear()
             module._forward_pre_hooks.clear()
         try:
-            plain = _flat_tensors(work(*inputs))
+            plain = _flat_tensors(run())
         except Exception:  # noqa: BLE001 - the read itself reports what the model cannot run on
             return f"{name} has hooks the quantized model does not call: {listed}."
     if failure is not None:
