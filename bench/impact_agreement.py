@@ -51,7 +51,7 @@ def compare(name: str, model, batches: list[np.ndarray], samples: int) -> None:
     report = info.similarity
     graph, backend = produced_graph(q_model), get_backend(model)
     start = time.perf_counter()
-    probe = ImpactProbe(backend, graph, [np.concatenate(batches)[:samples]])
+    probe = ImpactProbe(backend, graph, [[np.concatenate(batches)[:samples]]])
     exact = {(q.name, q.kind): probe.output_sqnr_db(isolate(graph, q)) for q in report.quantizers}
     exact_s = time.perf_counter() - start
     measured = [q for q in report.quantizers if q.output_sqnr_db is not None]

@@ -96,7 +96,8 @@ def test_case_d_an_activation_whose_threshold_clips_is_the_cause(fw, trained_dig
     (MCT's ``z_threshold``, set for that layer with the network editor): its grid clips
     the rare large values the next layers rely on."""
     model, x_train, x_test, y_test = trained_digits
-    relu = "2" if fw.name == "pytorch" else "re_lu"
+    # Keras names the layer after the ReLUs made before it in the process
+    relu = "2" if fw.name == "pytorch" else next(layer.name for layer in model.layers if type(layer).__name__ == "ReLU")
     editor = mct.core.network_editor
     rule = editor.EditRule(
         filter=mct.core.common.network_editors.NodeNameFilter(relu),

@@ -272,7 +272,8 @@ class DebugConfig:
             chunks that stay under it.
         impact_samples: the first samples on which each quantizer's damage to the model
             output, with that quantizer alone switched on, is measured (the ranking of
-            causes and the suggested fix; see the similarity docs).
+            causes and the suggested fix; see the similarity docs). Whole batches are
+            taken until there are this many, so a model traced for one batch size runs.
         max_impact_quantizers: how many quantizers at most get that measure: those whose
             own error is not negligible, the largest first.
         network_editor: MCT's edit rules (`mct.core.network_editor.EditRule`), applied in

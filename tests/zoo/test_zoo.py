@@ -23,9 +23,9 @@ import warnings
 
 import numpy as np
 import pytest
-from model_compression_toolkit.core.stage import STAGES
 
 import model_compression_toolkit as mct
+from model_compression_toolkit.pipeline.events import STAGES
 from tests.tb import load, run_folders
 from tests.zoo.models import ZOO
 from tests.zoo.outputs import leaves, run_model

@@ -280,10 +280,10 @@ def analyze(
             tap=local_tap,
         )
     seen = 0
-    kept: list[list[np.ndarray]] = []  # the impact samples' inputs
+    kept: list[list[np.ndarray]] = []  # the impact samples' inputs, in whole chunks
     for chunk, f_out in chunks:
         if seen < impact_samples:
-            kept.append([np.array(a[: impact_samples - seen]) for a in chunk])
+            kept.append([np.array(a) for a in chunk])
         q_tap.float_outputs = local_tap.float_outputs = f_out
         backend.forward(quantized_model, chunk)
         if local_model is not None:
@@ -296,8 +296,7 @@ def analyze(
     layers = [acc.result(q_graph.node(acc.point.name).layer_type) for acc in accumulators]
     entries = [e for acc in accumulators if (e := acc.entry(q_graph.node(acc.point.name).layer_type)) is not None]
     entries += weight_entries(q_graph, weights)
-    inputs = [np.concatenate(parts) for parts in zip(*kept)] if kept else []
-    probe = ImpactProbe(backend, q_graph, inputs) if entries and inputs else None
+    probe = ImpactProbe(backend, q_graph, kept) if entries and kept else None
     if probe is not None:
         measure_impacts(probe, entries, max_impact_quantizers)
     fix = suggest_fix(entries, q_graph, probe, l_p_value)
@@ -307,7 +306,7 @@ def analyze(
         for acc in accumulators
         if acc.bins is not None
     }
-    report = SimilarityReport(seen, layers, entries, fix, len(inputs[0]) if inputs else 0)
+    report = SimilarityReport(seen, layers, entries, fix, probe.samples if probe is not None else 0)
     return SimilarityResult(report, histograms)
 
 
