@@ -11,6 +11,8 @@ $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[all-cpu,dev]"
+	# keras-hub without its tensorflow-text, which needs the full tensorflow (see setup.py)
+	$(PY) -m pip install --quiet -c constraints.txt --no-deps keras-hub
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -5,7 +5,12 @@ from setuptools import find_packages, setup
 TORCH = ["torch>=2.2"]
 TF = ["tensorflow>=2.16"]
 TF_CPU = ["tensorflow-cpu>=2.16"]
-DEV = ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "scikit-learn>=1.3", "sphinx>=7", "selenium>=4.10"]
+# mct.exporter: ONNX files (onnx, and onnxscript for torch.onnx's exporter) run by onnxruntime
+EXPORT = ["onnx>=1.16", "onnxscript>=0.2", "onnxruntime>=1.18"]
+DEV = ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "scikit-learn>=1.3", "sphinx>=7", "selenium>=4.10", *EXPORT]
+# the zoo test's real architectures (tests/zoo); keras-hub is installed by the Makefile with
+# --no-deps: its tensorflow-text dependency would pull the full tensorflow beside tensorflow-cpu
+DEV += ["timm>=1.0", "transformers>=4.40", "regex", "tokenizers"]
 
 setup(
     name="model_compression_toolkit",
@@ -31,6 +36,7 @@ setup(
         "torch": TORCH,
         "tf": TF,
         "tf-cpu": TF_CPU,
+        "export": EXPORT,
         "dev": DEV,
         "all": TORCH + TF,
         "all-cpu": TORCH + TF_CPU,

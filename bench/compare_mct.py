@@ -104,6 +104,28 @@ def describe(record: dict) -> str:
     return ", ".join(parts)
 
 
+# ------------------------------------------------------------------ exported models (ours alone)
+EXPORT_BENCH = REPO / "bench" / "export_bench.py"
+OUR_PYTHON = REPO / ".venv" / "bin" / "python"  # torch, TensorFlow and onnxruntime: not in .venv-bench
+
+
+def run_export_bench(scratch: Path, timeout: float) -> str:
+    """bench/export_bench.py's table, run with this repository's .venv (our package, TensorFlow
+    and onnxruntime, which .venv-bench must not hold)."""
+    if not OUR_PYTHON.exists():
+        return "(not measured: bench/export_bench.py needs the project's .venv; run `make install` first)"
+    out = scratch / "export.md"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    try:
+        proc = subprocess.run([str(OUR_PYTHON), str(EXPORT_BENCH), "--markdown-out", str(out)], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return f"(not measured: bench/export_bench.py timed out after {timeout:.0f} s)"
+    if not out.exists():
+        return f"(not measured: bench/export_bench.py exited with code {proc.returncode}: {proc.stderr[-500:]})"
+    return out.read_text(encoding="utf-8")
+
+
 # ------------------------------------------------------------------ the machine
 def machine() -> dict:
     cpu = "unknown"
@@ -162,7 +184,7 @@ def per_rep_table(records: list[dict]) -> str:
 
 
 def build_report(date: str, info: dict, vers: dict, args, main_md: str, scaling_md: str, targets_md: str,
-                 errors: list[str], profiles: dict[str, str], records: list[dict]) -> str:  # fmt: skip
+                 errors: list[str], profiles: dict[str, str], records: list[dict], export_md: str = "") -> str:  # fmt: skip
     head = [
         f"# `make bench`: ours vs Sony MCT 2.6.1, {date}",
         "",
@@ -187,6 +209,8 @@ def build_report(date: str, info: dict, vers: dict, args, main_md: str, scaling_
         scaling_md,
         "",
     ]
+    if export_md:
+        head += ["## Exported models (ours alone, `bench/export_bench.py`)", "", export_md.strip(), ""]
     if errors:
         head += ["## Errors", "", *[f"- {e}" for e in errors], ""]
     for title, text in profiles.items():
@@ -195,7 +219,11 @@ def build_report(date: str, info: dict, vers: dict, args, main_md: str, scaling_
     return "\n".join(head)
 
 
-def readme_body(date: str, info: dict, vers: dict, targets_md: str, main_md: str, scaling_md: str) -> str:
+def readme_body(date: str, info: dict, vers: dict, targets_md: str, main_md: str, scaling_md: str,
+                export_md: str = "") -> str:  # fmt: skip
+    export = ["", "Deploying: exported file size and latency, float vs int8, and parity with our quantized "
+              "model (`bench/export_bench.py`, see [bench/README.md](bench/README.md)):", "",
+              table.replace_block("", export_md).strip()] if export_md else []  # fmt: skip
     return "\n".join([
         f"Measured by `make bench` on {date}: {info['cores']} cores ({info['cpu']}), no GPU, "
             f"1-minute load average {info.get('load', '?')}; "
@@ -211,6 +239,7 @@ def readme_body(date: str, info: dict, vers: dict, targets_md: str, main_md: str
         "Scaling of ours with depth (`torch_conv_stack`):",
         "",
         scaling_md,
+        *export,
     ])  # fmt: skip
 
 
@@ -242,6 +271,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--no-profile", action="store_true", help="do not profile ours where a time target is missed"
+    )
+    parser.add_argument(
+        "--no-export", action="store_true", help="do not run bench/export_bench.py (file sizes, latency, parity)"
     )
     args = parser.parse_args()
     models = [m for m in args.models.split(",") if m]
@@ -314,12 +346,16 @@ def main() -> None:
             for title, text in profiles.items():
                 keep({"profile": title, "text": text})
         profiles = {k: v for k, v in profiles.items() if k}
+        export_md = ""
+        if not args.no_export and not args.report_from:
+            print("bench: exported models (bench/export_bench.py, with .venv)", flush=True)
+            export_md = run_export_bench(scratch, 3 * args.timeout)
         vers = versions(records)
         info["load"] = f"{load_before[0]:.1f} at the start" + (
             "" if args.report_from else f", {os.getloadavg()[0]:.1f} at the end"
         )
         report = build_report(
-            date, info, vers, args, main_md, scaling_md, targets_md, errors, profiles, records
+            date, info, vers, args, main_md, scaling_md, targets_md, errors, profiles, records, export_md
         )
         results = Path(args.results)
         results.mkdir(parents=True, exist_ok=True)
@@ -328,7 +364,7 @@ def main() -> None:
         print(report)
         if not args.no_readme:
             table.update_readme(
-                REPO / "README.md", readme_body(date, info, vers, targets_md, main_md, scaling_md)
+                REPO / "README.md", readme_body(date, info, vers, targets_md, main_md, scaling_md, export_md)
             )
         print(f"bench: wrote {path}{'' if args.no_readme else ' and README.md ## Performance'} "
               f"in {(time.perf_counter() - started) / 60:.1f} min")  # fmt: skip

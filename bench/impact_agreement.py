@@ -8,7 +8,7 @@ quantizer alone switched on) on the first ``impact_samples`` samples (8), and on
 quantizers whose own error is not negligible, at most ``max_impact_quantizers`` (12). The
 exact measure runs every quantizer alone on ``--samples`` samples. For each model this
 prints: how many quantizers the report measured, whether every quantizer that the exact
-measure finds harmful (under 30 dB) was among them, the rank correlation of the two
+measure finds harmful (under the cause bound, 20 dB) was among them, the rank correlation of the two
 orders on the quantizers both measured, the largest difference in dB, and the seconds
 each took.
 
@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import model_compression_toolkit as mct  # noqa: E402
-from model_compression_toolkit.core.similarity.causes import CANDIDATE_DB, ImpactProbe, isolate  # noqa: E402
+from model_compression_toolkit.core.similarity.causes import CAUSE_DB, ImpactProbe, isolate  # noqa: E402
 from model_compression_toolkit.pipeline.session import produced_graph  # noqa: E402
 from model_compression_toolkit.ptq.backends import get_backend  # noqa: E402
 
@@ -51,18 +51,18 @@ def compare(name: str, model, batches: list[np.ndarray], samples: int) -> None:
     report = info.similarity
     graph, backend = produced_graph(q_model), get_backend(model)
     start = time.perf_counter()
-    probe = ImpactProbe(backend, graph, [np.concatenate(batches)[:samples]])
+    probe = ImpactProbe(backend, graph, [[np.concatenate(batches)[:samples]]])
     exact = {(q.name, q.kind): probe.output_sqnr_db(isolate(graph, q)) for q in report.quantizers}
     exact_s = time.perf_counter() - start
     measured = [q for q in report.quantizers if q.output_sqnr_db is not None]
-    harmful = {key for key, db in exact.items() if db < CANDIDATE_DB}
+    harmful = {key for key, db in exact.items() if db < CAUSE_DB}
     missed = harmful - {(q.name, q.kind) for q in measured}
     keys = [(q.name, q.kind) for q in measured]
     rho = spearman([q.output_sqnr_db for q in measured], [exact[k] for k in keys])
     diff = max((abs(q.output_sqnr_db - exact[(q.name, q.kind)]) for q in measured), default=0.0)
     print(
         f"{name:<26} quantizers {len(report.quantizers):>3}  measured {len(measured):>3}  "
-        f"harmful (exact < {CANDIDATE_DB:g} dB) {len(harmful):>2}  missed {len(missed)}  "
+        f"harmful (exact < {CAUSE_DB:g} dB) {len(harmful):>2}  missed {len(missed)}  "
         f"rank correlation {rho:.3f}  largest difference {diff:.1f} dB  "
         f"causes {[f'{q.name} ({q.kind})' for q in report.causes()]}  "
         f"PTQ with the report {report_s:.1f} s, exact impacts alone {exact_s:.1f} s"

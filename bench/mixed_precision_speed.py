@@ -32,7 +32,7 @@ def main() -> None:
     plain = time.perf_counter() - start
     budget = mct.core.ResourceUtilization(weights_memory=0.5 * info.memory.weights_quantized_bytes)
     start = time.perf_counter()
-    _, mixed_info = ptq(model, gen, config, target_resource_utilization=budget)
+    _, mixed_info = ptq(model, gen, budget, config)
     mixed = time.perf_counter() - start
     print(f"PTQ without budget: {plain:.1f} s (8-bit weights {info.memory.weights_quantized_bytes / 2**20:.2f} MiB)")
     print(f"PTQ with 50 % budget: {mixed:.1f} s (weights {mixed_info.memory.weights_quantized_bytes / 2**20:.2f} MiB)")

@@ -360,3 +360,75 @@ def replace_section(text: str, heading: str, body: str) -> str:
 
 def update_readme(readme: Path, body: str, heading: str = "## Performance") -> None:
     readme.write_text(replace_section(readme.read_text(encoding="utf-8"), heading, body), encoding="utf-8")
+
+
+# ------------------------------------------------------------------ exported models (bench/export_bench.py)
+EXPORT_BEGIN = "<!-- export-bench:begin -->"
+EXPORT_END = "<!-- export-bench:end -->"
+
+
+def _cosine(value: float | None) -> str:
+    return "-" if value is None else f"{value:.5f}"
+
+
+def _size(value: float | None) -> str:
+    """Bytes as MiB, with the decimals a small file needs."""
+    if value is None:
+        return "-"
+    mib = value / MIB
+    return f"{mib:.3f}" if mib < 1 else f"{mib:.2f}" if mib < 10 else f"{mib:.1f}"
+
+
+def _ratio_cell(num: float | None, den: float | None) -> str:
+    r = _ratio(num, den)
+    return "-" if r is None else f"{r:.2f}x"
+
+
+def export_markdown(records: Sequence[Mapping]) -> str:
+    """One row per exported model: file size and latency (batch 1) float vs int8 with their
+    ratios, measured in one run, and how the runtime's outputs compare with our quantized model.
+
+    A record (bench/export_bench.py): ``model``, ``runtime``, ``float_bytes``, ``int8_bytes``,
+    ``float_ms``, ``int8_ms``, ``max_steps``, ``cosine``, ``equal_fraction``, ``top1``,
+    ``bias_cosine``, ``floor_cosine``; or ``model``, ``runtime`` and ``error``.
+    """
+    lines = [
+        "| model | exported to, run by | file float (MiB) | file int8 (MiB) | int8 / float | latency float (ms) "
+        "| latency int8 (ms) | int8 / float | vs our quantized model: max diff (steps) / cosine / same top-1 "
+        "| int32 bias alone: cosine | floor: cosine |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for r in records:
+        if r.get("error"):
+            lines.append(f"| {r['model']} | {r['runtime']} | {_short_error(r['error'])} |" + " |" * 8)
+            continue
+        steps = "-" if r.get("max_steps") is None else f"{r['max_steps']:.2f}"
+        top1 = "-" if r.get("top1") is None else f"{100 * r['top1']:.0f} %"
+        lines.append(
+            f"| {r['model']} | {r['runtime']} | {_size(r.get('float_bytes'))} | {_size(r.get('int8_bytes'))} "
+            f"| {_ratio_cell(r.get('int8_bytes'), r.get('float_bytes'))} | {_num(r.get('float_ms'))} "
+            f"| {_num(r.get('int8_ms'))} | {_ratio_cell(r.get('int8_ms'), r.get('float_ms'))} "
+            f"| {steps} / {_cosine(r.get('cosine'))} / {top1} | {_cosine(r.get('bias_cosine'))} "
+            f"| {_cosine(r.get('floor_cosine'))} |"
+        )
+    return "\n".join(lines)
+
+
+def export_notes(records: Sequence[Mapping]) -> str:
+    """The digits models' accuracy through the whole chain: float, our quantized model, the exported file."""
+    return "\n".join(
+        f"- {r['model']}, top-1 on the 397 test samples: float {r['float_acc']:.2f} %, our quantized model "
+        f"{r['quant_acc']:.2f} %, the exported file {r['runtime_acc']:.2f} %."
+        for r in records
+        if r.get("runtime_acc") is not None and not r.get("error")
+    )
+
+
+def replace_block(text: str, body: str, begin: str = EXPORT_BEGIN, end: str = EXPORT_END) -> str:
+    """``text`` with what lies between the ``begin`` and ``end`` markers replaced by ``body``;
+    without the markers, the block is appended."""
+    block = f"{begin}\n{body.strip()}\n{end}"
+    if begin in text and end in text and text.index(begin) < text.index(end):
+        return text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
+    sep = "" if text.endswith("\n") or not text else "\n"
+    return f"{text}{sep}\n{block}\n"

@@ -64,3 +64,22 @@ class ResourceBudgetError(MCTError, ValueError):
 
 class LayerSelectionError(MCTError, ValueError):
     """A layer name, pattern or type given by the user matches no layer of the model."""
+
+
+class ModelWeightsError(MCTError, ValueError):
+    """The model's weights hold values that cannot be quantized (NaN or infinity)."""
+
+
+class NotProvidedError(MCTError, NotImplementedError):
+    """An MCT feature this library does not provide (``mct.gptq``, ``mct.qat``...); the
+    message says what to use here instead."""
+class ExportError(MCTError, ValueError):
+    """The model cannot be written in the format asked for (the format, a layer, a bit width)."""
+
+
+class ExportPathError(MCTError, OSError):
+    """The export's destination cannot be written (a folder, a missing parent, no permission)."""
+
+
+class MissingDependencyError(MCTError, ImportError):
+    """A package an optional feature needs is not installed; the message says which extra installs it."""

@@ -17,7 +17,10 @@ pytest.register_assert_rewrite("tests.backend_contract")  # its checks run in ev
 
 import model_compression_toolkit as mct  # noqa: E402
 from tests.fixtures.trained import load_trained  # noqa: E402
+from tests.zoo import torchvision_ops  # noqa: E402
 from tutorials import digits  # noqa: E402
+
+torchvision_ops.install()  # timm and transformers import torchvision (tests/zoo/torchvision_ops.py)
 
 
 @dataclass

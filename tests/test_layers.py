@@ -27,7 +27,19 @@ ALLOWED = {
     "pytorch": {"pytorch", "core", "errors"},
     "keras": {"keras", "core", "errors"},
     "ptq": {"ptq", "pipeline", "observers", "core", "errors"},
-    "": {"ptq", "observers", "core", "errors"},  # the package's __init__: the public names
+    # MCT's xquant report: a facade like ptq, wiring the session, the observers and the backends
+    "xquant": {"xquant", "ptq", "pipeline", "observers", "core", "errors"},
+    # mct.exporter: a facade like ptq; its format table names the backends' exporters (as
+    # ptq.backends names the backends), and keras_load_quantized_model is Keras's by name
+    "exporter": {"exporter", "ptq", "pipeline", "observers", "core", "errors", "keras"},
+    # MCT modules this library does not provide: placeholders whose calls raise NotProvidedError
+    "not_provided": {"errors"},
+    "gptq": {"not_provided", "errors"},
+    "qat": {"not_provided", "errors"},
+    "pruning": {"not_provided", "errors"},
+    "data_generation": {"not_provided", "errors"},
+    # the package's __init__: the public names
+    "": {"ptq", "observers", "core", "errors", "xquant", "gptq", "qat", "pruning", "data_generation", "exporter"},
 }
 # third-party packages a layer must not import (core and pipeline import no framework)
 FORBIDDEN_THIRD_PARTY = {

@@ -33,7 +33,7 @@ def runs(fw, trained_digits, tmp_path_factory):
         budget = 0.5 * plain.memory.weights_quantized_bytes
         mct.set_log_folder(logs / "mixed")
         q_model, mixed = fw.ptq(
-            model, gen, CONFIG, target_resource_utilization=mct.core.ResourceUtilization(weights_memory=budget)
+            model, gen, core_config=CONFIG, target_resource_utilization=mct.core.ResourceUtilization(weights_memory=budget)
         )
         mct.set_log_folder(None)
         _RUNS[fw.name] = {
@@ -82,7 +82,7 @@ def test_impossible_budget_fails_before_any_log_folder(fw, trained_digits, tmp_p
     mct.set_log_folder(tmp_path / "logs")
     target = mct.core.ResourceUtilization(weights_memory=10)
     with pytest.raises(ResourceBudgetError) as err:
-        fw.ptq(model, representative_dataset(x_train, 1), CONFIG, target_resource_utilization=target)
+        fw.ptq(model, representative_dataset(x_train, 1), core_config=CONFIG, target_resource_utilization=target)
     message = str(err.value)
     assert "smallest reachable weights memory is 6444 bytes" in message  # 23824 weights at 2 bits + 122 floats
     assert "10 bytes" in message and "8-bit" in message
@@ -134,7 +134,7 @@ def test_the_budget_check_before_any_work_counts_the_biases_bias_correction_adds
 
     def ptq(weights_memory: float):
         target = mct.core.ResourceUtilization(weights_memory=weights_memory)
-        return mct.ptq.pytorch_post_training_quantization(model, gen, CONFIG, target_resource_utilization=target)
+        return mct.ptq.pytorch_post_training_quantization(model, gen, core_config=CONFIG, target_resource_utilization=target)
 
     mct.set_log_folder(tmp_path / "logs")
     try:

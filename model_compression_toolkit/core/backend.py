@@ -28,6 +28,10 @@ class Backend(Protocol):
     def input_count(self, model: Any) -> int | None:
         """How many inputs the model takes, if it can be known without running it."""
 
+    def input_names(self, model: Any) -> list[str] | None:
+        """The names of the model's inputs in the order it takes them (the keys a dict batch
+        may give), if it names them."""
+
     def expected_input_shapes(self, model: Any) -> list[tuple | None] | None:
         """The input shapes the model declares (batch as None), if it declares them."""
 
@@ -39,6 +43,9 @@ class Backend(Protocol):
 
     def read(self, model: Any, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, list[str]]:
         """Read ``model`` into a Graph, using ``sample_inputs`` (one batch) for shapes.
+
+        A batch given as a dict arrives as a `core.data.NamedBatch`, whose ``names`` say
+        which input each array is.
 
         Returns the graph and the warnings to show the user (for example the ops kept in
         float because they are not supported). The user's model is not modified.

@@ -1,13 +1,20 @@
 """The representative dataset: checked before any work starts, then iterated once.
 
 ``representative_data_gen`` is a callable returning an iterable of batches; each batch
-is a list (or tuple) with one array per model input, batch dimension first, as in MCT.
+is a list (or tuple) with one array per model input, batch dimension first, as in MCT, or
+a dict of keyword inputs (``{"input_ids": ..., "attention_mask": ...}``), which is served
+as a `NamedBatch`: the arrays in the model's input order, their keywords in ``names``.
+
+Every array is copied as it is read, so a generator that refills one buffer for every
+batch cannot change a batch the library keeps (the float samples of the similarity
+analysis). Each iteration of the user's iterable is closed as soon as the library is done
+with it, when a call fails or is interrupted too, so a generator's ``finally`` runs then.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -16,6 +23,15 @@ from model_compression_toolkit.core.backend import Backend
 from model_compression_toolkit.errors import InputMismatchError, RepresentativeDataError
 
 Batch = list[np.ndarray]
+
+
+class NamedBatch(list):
+    """A batch given as a dict of keyword inputs: a list of its arrays, in the order the
+    model takes them, whose ``names`` are their keywords."""
+
+    def __init__(self, arrays: list[np.ndarray], names: tuple[str, ...]) -> None:
+        super().__init__(arrays)
+        self.names = names
 
 
 def _describe(value: Any) -> str:
@@ -43,23 +59,63 @@ class RepresentativeData:
         self._backend = backend
         self._first: Batch | None = None
         self._rest: Iterator[Any] | None = None
+        self._length: int | None = None  # len() of what representative_data_gen() returned, if it has one
+        self._open: list[Iterator[Any]] = []  # iterations started and not yet closed
         self._shapes: list[tuple | None] = []  # the input shapes the model declares
-        self._check_first(model)
+        self.samples_read = 0  # samples of the last full pass (`batches`)
+        self._names: tuple[str, ...] | None = None  # the keywords of dict batches, in input order
+        self._model_names = list(backend.input_names(model) or [])
+        try:
+            self._check_first(model)
+        except BaseException:
+            self.close()
+            raise
 
     def _iterate(self) -> Iterator[Any]:
         try:
-            return iter(self._gen())
+            iterable = self._gen()
+            iterator = iter(iterable)
         except TypeError as err:
             raise RepresentativeDataError(
                 f"representative_data_gen() must return an iterable of batches; calling it failed or "
                 f"returned a non-iterable: {err}"
             ) from err
+        try:
+            self._length = len(iterable)
+        except TypeError:  # a generator: its length is known only once it ends
+            self._length = None
+        self._open.append(iterator)
+        return iterator
+
+    def _order(self, batch: Mapping, index: int) -> list[Any]:
+        """A dict batch's values in the model's input order (the first batch sets the keys)."""
+        keys = [str(k) for k in batch]
+        if self._names is None:
+            known = [n for n in self._model_names if n in keys]
+            self._names = tuple(known + [k for k in keys if k not in known])
+        if set(keys) != set(self._names):
+            raise InputMismatchError(
+                f"expected every batch to give the keyword inputs of the first ({', '.join(self._names)}); "
+                f"batch {index} gives ({', '.join(keys)}). Yield the same keys in every batch."
+            )
+        return [batch[k] for k in self._names]
 
     def _convert(self, batch: Any, index: int) -> Batch:
-        if not isinstance(batch, (list, tuple)):
+        if isinstance(batch, NamedBatch):  # the first batch, converted already
+            return batch
+        named = isinstance(batch, Mapping)
+        if named:
+            batch = self._order(batch, index)
+        elif not isinstance(batch, (list, tuple)):
             raise RepresentativeDataError(
                 f"each batch from representative_data_gen must be a list or tuple of arrays, one per "
-                f"model input; batch {index} is a {_describe(batch)}. Yield [x] rather than x."
+                f"model input (or a dict of keyword inputs); batch {index} is a {_describe(batch)}. "
+                "Yield [x] rather than x."
+            )
+        elif self._names is not None:
+            raise RepresentativeDataError(
+                f"expected every batch to be a dict of keyword inputs, as the first is; batch {index} is a "
+                f"{type(batch).__name__}. Yield the same kind of batch every time."
             )
         arrays = []
         for i, item in enumerate(batch):
@@ -68,7 +124,7 @@ class RepresentativeData:
                     f"batch {index}, input {i}: expected a numpy array or a {self._backend.name} tensor; "
                     f"got {_describe(item)}"
                 )
-            array = np.asarray(self._backend.to_numpy(item))
+            array = np.array(self._backend.to_numpy(item))  # a copy: the user may refill their buffer
             if array.ndim >= 1 and array.shape[0] == 0:
                 raise RepresentativeDataError(
                     f"batch {index}, input {i} has no samples (shape {array.shape}); every batch from "
@@ -78,7 +134,7 @@ class RepresentativeData:
         if self._first is not None:  # a later batch: the same inputs as the first one
             self._check_count(arrays, len(self._first), index)
             self._check_shapes(arrays, index)
-        return arrays
+        return NamedBatch(arrays, self._names) if named and self._names is not None else arrays
 
     def _check_count(self, arrays: Batch, expected: int | None, index: int) -> None:
         if expected is not None and len(arrays) != expected:
@@ -111,8 +167,12 @@ class RepresentativeData:
                 "representative_data_gen yielded no batches; it must yield at least one list of arrays"
             ) from None
         self._first = self._convert(first, 0)
-        self._check_count(self._first, self._backend.input_count(model), 0)
+        if self._names is None:  # keyword inputs: the backend checks their names
+            self._check_count(self._first, self._backend.input_count(model), 0)
         self._shapes = list(self._backend.expected_input_shapes(model) or [])
+        if self._names is not None and self._shapes:  # the declared shapes in the batch's order
+            by_name = dict(zip(self._model_names, self._shapes))
+            self._shapes = [by_name.get(n) for n in self._names]
         self._check_shapes(self._first, 0)
 
     @property
@@ -120,27 +180,60 @@ class RepresentativeData:
         assert self._first is not None
         return self._first
 
-    def batches(self) -> Iterator[Batch]:
-        """Every batch once: the first (already read) and then the rest of the same iteration."""
+    def expected_batches(self, limit: int | None) -> int | None:
+        """How many batches `batches(limit)` will read, when that is known: ``limit``, or
+        fewer when the iterable has a length."""
+        if self._length is None:
+            return limit
+        return self._length if limit is None else min(limit, self._length)
+
+    def batches(self, limit: int | None = None) -> Iterator[Batch]:
+        """Every batch once, at most ``limit`` of them: the first (already read) and then the
+        rest of the same iteration, which is closed when the pass ends or is abandoned."""
         first, rest = self._first, self._rest
         self._rest = None
         if rest is None:  # a second pass starts a new iteration
             rest = self._iterate()
+            source = rest
         else:
-            rest = itertools.chain([first], rest)
-        for i, batch in enumerate(rest):
-            yield self._convert(batch, i)
+            source = itertools.chain([first], rest)
+        self.samples_read = 0
+        try:
+            for i, batch in enumerate(itertools.islice(source, limit)):
+                arrays = self._convert(batch, i)
+                self.samples_read += len(arrays[0]) if arrays and arrays[0].ndim else 1
+                yield arrays
+        finally:
+            self._close(rest)
 
     def samples(self, n: int) -> Iterator[Batch]:
         """Batches of a fresh iteration, cut so that exactly the first ``n`` samples are served."""
         left = n
-        for i, batch in enumerate(self._iterate()):
-            arrays = self._convert(batch, i)
-            take = min(left, len(arrays[0]))
-            yield [a[:take] for a in arrays]
-            left -= take
-            if left <= 0:
-                return
+        iterator = self._iterate()
+        try:
+            for i, batch in enumerate(iterator):
+                arrays = self._convert(batch, i)
+                take = min(left, len(arrays[0]))
+                yield [a[:take] for a in arrays]
+                left -= take
+                if left <= 0:
+                    return
+        finally:
+            self._close(iterator)
+
+    def close(self) -> None:
+        """Close every iteration of the user's data still open: the one the first batch came
+        from, and any a pass left suspended (a call that failed or was interrupted)."""
+        self._rest = None
+        for iterator in list(self._open):
+            self._close(iterator)
+
+    def _close(self, iterator: Any) -> None:
+        """Close a generator (its ``finally`` runs now, not whenever it is collected)."""
+        self._open = [it for it in self._open if it is not iterator]
+        close = getattr(iterator, "close", None)
+        if callable(close):
+            close()
 
 
 def _fits(shape: tuple, want: tuple) -> bool:

@@ -44,6 +44,9 @@ class OpKind(str, Enum):
     SUB = "sub"
     MUL = "mul"
     CONCAT = "concat"
+    MATMUL = "matmul"  # product of two activations: matmul, bmm, einsum
+    ATTENTION = "attention"  # scaled dot-product attention of query, key and value activations
+    EMBEDDING = "embedding"  # a table lookup by integer ids; its output is an activation
     ELEMENTWISE = "elementwise"  # average, maximum, other elementwise merges
     POOL = "pool"  # max/avg pooling, adaptive or global included
     MEAN = "mean"  # reduction over axes
@@ -52,7 +55,8 @@ class OpKind(str, Enum):
     RESIZE = "resize"  # upsampling
     DROPOUT = "dropout"
     IDENTITY = "identity"
-    SHAPE = "shape"  # produces a non-tensor value (x.size(0), getattr)
+    SHAPE = "shape"  # no activation: a non-tensor value (x.size(0)), indices or masks (integer,
+    # bool, or float on the way to them or to an attention mask)
     UNKNOWN = "unknown"  # anything else: kept in float and passed through unchanged
 
 

@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from model_compression_toolkit.core.config import ResourceUtilization
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.memory import FLOAT_BITS, NodeMemory, activation_bits, graph_memory, total
 from model_compression_toolkit.core.numbers import json_safe
 from model_compression_toolkit.core.quant_config import QuantGrid
+from model_compression_toolkit.core.resources import resource_utilization
 from model_compression_toolkit.core.similarity.report import SimilarityReport
 
 
@@ -187,6 +189,8 @@ class QuantizationInfo:
         mixed_precision: the bit-widths chosen under a memory budget, when one was given.
         tuning: the trials of accuracy-driven tuning, when it ran.
         extra: anything else a later analysis adds.
+        final_resource_utilization: MCT's name: the quantized model's
+            `ResourceUtilization` (weights, peak activation and total memory, bops).
     """
 
     framework: str
@@ -202,6 +206,20 @@ class QuantizationInfo:
     mixed_precision: Any = None
     tuning: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    final_resource_utilization: ResourceUtilization | None = None
+
+    @property
+    def input_scale(self) -> float:
+        """MCT's input scaling factor: always 1.0 here (the input is not rescaled)."""
+        return 1.0
+
+    @property
+    def mixed_precision_cfg(self) -> Any:
+        """MCT's list of candidate indices; not kept here: raises, naming what to read instead."""
+        raise AttributeError(
+            "QuantizationInfo has no mixed_precision_cfg (MCT's candidate indices); the chosen bit-width of each "
+            "layer is info.mixed_precision.bits (layer name -> bits), or info.layers[name].weights['kernel']['n_bits']"
+        )
 
     @classmethod
     def of(
@@ -224,6 +242,7 @@ class QuantizationInfo:
             counts=LayerCounts.of(graph),
             log_folder=log_folder,
             warnings=list(warnings),
+            final_resource_utilization=resource_utilization(graph, quantized=True),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -231,6 +250,7 @@ class QuantizationInfo:
         out = asdict(self)
         out["log_folder"] = str(self.log_folder) if self.log_folder else None
         out["similarity"] = self.similarity.to_dict() if self.similarity else None
+        out["final_resource_utilization"] = json_safe(out["final_resource_utilization"])
         for name in ("mixed_precision", "tuning"):  # results with their own JSON form
             value = getattr(self, name)
             out[name] = value.to_dict() if value is not None else None

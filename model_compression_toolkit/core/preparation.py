@@ -7,6 +7,7 @@ Each transform is one function over the graph; backends only say, through a node
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -20,12 +21,23 @@ from model_compression_toolkit.core.quant_config import (
 from model_compression_toolkit.core.selection import kept_float
 
 KEPT_FLOAT = "kept in float by a KeepFloat rule"
+# activations whose outputs are negative only by a little: shift negative correction's candidates
+SHIFT_NEGATIVE_FUNCTIONS = frozenset(
+    {"silu", "swish", "gelu", "hardswish", "hard_swish", "elu", "selu", "celu", "mish", "leaky_relu", "prelu"}
+)
 _FOLDABLE = frozenset({OpKind.CONV, OpKind.CONV_TRANSPOSE, OpKind.DENSE})
 _NO_OUTPUT_QUANT = {
     OpKind.CONSTANT: "a constant tensor, not an activation",
-    OpKind.SHAPE: "produces a shape or other non-tensor value",
+    OpKind.SHAPE: "computes a shape, indices or a mask, not an activation: nothing to quantize",
     OpKind.UNKNOWN: "unsupported op: kept in float and passed through unchanged",
 }
+
+
+class QuantizationEdit(Protocol):
+    """A change to the quantization `assign_quantization` decided (a target platform's
+    per-operator rules, a manual bit-width, an MCT network editor rule)."""
+
+    def apply(self, graph: Graph, config: QuantizationConfig) -> None: ...
 
 
 def prepare_graph(graph: Graph, config: QuantizationConfig, keep_float: Sequence[KeepFloat] = ()) -> Graph:
@@ -107,17 +119,48 @@ def _floating(dtype: object) -> bool:
     return dtype is None or "float" in str(dtype) or str(dtype) in ("half", "double")
 
 
-def assign_quantization(graph: Graph, config: QuantizationConfig, keep_float: Sequence[KeepFloat] = ()) -> None:
+def _empty(node: Node) -> bool:
+    """Whether the node's output holds no value whatever the batch size (a dimension of 0)."""
+    return any(0 in shape for shape in node.output_shapes if shape)
+
+
+def shift_negative_candidate(graph: Graph, node: Node) -> bool:
+    """Whether ``node`` is an activation that shift negative correction may shift: one with
+    a small negative tail (GELU, SiLU, Hardswish...) feeding only conv or dense layers,
+    whose bias absorbs the shift on hardware."""
+    function = str(node.attrs.get("function") or node.fused_activation or "").lower()
+    if node.kind != OpKind.ACTIVATION and node.fused_activation is None:
+        return False
+    return function in SHIFT_NEGATIVE_FUNCTIONS and _feeds_only_weighted(graph, node)
+
+
+def _feeds_only_weighted(graph: Graph, node: Node) -> bool:
+    """Whether every use of ``node``'s output reaches a conv or dense layer, through ops that
+    only move values (a flatten)."""
+    users = graph.successors(node.name)
+    if graph.is_output(node.name) or not users:
+        return False
+    return all(u.kind in WEIGHTED or (u.kind in VALUE_PRESERVING and _feeds_only_weighted(graph, u)) for u in users)
+
+
+def assign_quantization(
+    graph: Graph,
+    config: QuantizationConfig,
+    keep_float: Sequence[KeepFloat] = (),
+    edits: Sequence[QuantizationEdit] = (),
+) -> None:
     """Decide for every node whether its weights and output are quantized, and why not.
 
     A layer followed only by an activation (``conv -> relu``) is quantized after the
-    activation: its own output stays float inside the fused pair. Layers selected by
-    ``keep_float`` rules keep their weights and/or output in float.
+    activation: its own output stays float inside the fused pair. Then ``edits`` change
+    what was decided, in order; last, layers selected by ``keep_float`` rules keep their
+    weights and/or output in float.
     """
-    float_weights, float_outputs = kept_float(graph, keep_float)
     for node in graph.nodes():
         q = NodeQuantConfig()
-        if node.kind in WEIGHTED:
+        if node.kind in WEIGHTED and any(node.weights[w].size == 0 for w in node.kernel_axes if w in node.weights):
+            q.weights_float_reason = "empty weights (a dimension of 0, such as Linear(8, 0)): nothing to quantize"
+        elif node.kind in WEIGHTED:
             for wname, axes in node.kernel_axes.items():
                 q.weights[wname] = WeightsQuantConfig(
                     n_bits=config.weights_n_bits,
@@ -128,27 +171,49 @@ def assign_quantization(graph: Graph, config: QuantizationConfig, keep_float: Se
                 )
         elif node.weights:
             q.weights_float_reason = "weights of this layer type are not quantized"
-        reason = _NO_OUTPUT_QUANT.get(node.kind)
-        dtype = node.attrs.get("dtype")
-        if reason is None and node.kind == OpKind.INPUT and dtype == "non-tensor":
-            reason = "a non-tensor argument (a number, a flag): not quantized"
-        elif reason is None and node.kind == OpKind.INPUT and not _floating(dtype):
-            reason = f"a non-floating-point input ({dtype}: ids, indices, integer pixels): not quantized"
+        reason = output_float_reason(graph, node)
         fused = _fused_into(graph, node)
-        if reason is None and node.kind in VALUE_PRESERVING:
-            reason = "only moves values of its input, which carries the quantization"
         if reason is None and fused is not None:
             reason = f"fused with the activation {fused.name!r}: quantized after it"
             q.fused_into = fused.name
         if reason is None:
-            q.activation = ActivationQuantConfig(
-                n_bits=config.activation_n_bits,
-                method=config.activation_quantization_method,
-                error_method=config.activation_error_method,
-            )
+            q.activation = default_activation(config)
+            if config.shift_negative_activation_correction and shift_negative_candidate(graph, node):
+                q.activation.shift_negative_ratio = float(config.shift_negative_ratio)
         q.activation_float_reason = reason
+        node.quant = q
+    for edit in edits:
+        edit.apply(graph, config)
+    float_weights, float_outputs = kept_float(graph, keep_float)
+    for node in graph.nodes():
+        q = node.quant
         if node.name in float_weights and q.weights:
             q.weights, q.weights_float_reason = {}, KEPT_FLOAT
         if node.name in float_outputs and q.activation is not None:
             q.activation, q.activation_float_reason = None, KEPT_FLOAT
-        node.quant = q
+
+
+def default_activation(config: QuantizationConfig) -> ActivationQuantConfig:
+    """The activation quantization ``config`` gives an output that is quantized."""
+    return ActivationQuantConfig(
+        n_bits=config.activation_n_bits,
+        method=config.activation_quantization_method,
+        error_method=config.activation_error_method,
+        z_threshold=float(config.z_threshold),
+    )
+
+
+def output_float_reason(graph: Graph, node: Node) -> str | None:
+    """Why the node's output cannot be quantized by its nature (a constant, a shape, an
+    op that only moves values), or None."""
+    reason = _NO_OUTPUT_QUANT.get(node.kind)
+    dtype = node.attrs.get("dtype")
+    if reason is None and node.kind == OpKind.INPUT and dtype == "non-tensor":
+        reason = "a non-tensor argument (a number, a flag): not quantized"
+    elif reason is None and node.kind == OpKind.INPUT and not _floating(dtype):
+        reason = f"a non-floating-point input ({dtype}: ids, indices, integer pixels): not quantized"
+    if reason is None and _empty(node):
+        reason = "an empty tensor (a dimension of 0): nothing to quantize"
+    if reason is None and node.kind in VALUE_PRESERVING:
+        reason = "only moves values of its input, which carries the quantization"
+    return reason

@@ -40,6 +40,10 @@ class WeightsQuantConfig:
     range_min: np.ndarray | None = None  # uniform
     range_max: np.ndarray | None = None  # uniform
     grid: QuantGrid | None = None
+    manual: bool = False  # bits set by the user (BitWidthConfig, network editor): mixed precision leaves them
+    # HMSE: the diagonal of the layer's Hessian, one value per element of the weight
+    # (E[x^2] of the input each weight multiplies); None: every weight counts the same
+    importance: np.ndarray | None = None
 
 
 @dataclass
@@ -54,6 +58,12 @@ class ActivationQuantConfig:
     range_min: float | None = None
     range_max: float | None = None
     grid: QuantGrid | None = None
+    z_threshold: float = float("inf")  # outliers beyond this many standard deviations are left out
+    # shift negative correction: the largest -min / threshold shifted onto an unsigned grid; None: off
+    shift_negative_ratio: float | None = None
+    fixed_range: tuple[float, float] | None = None  # a platform's fixed grid over [min, max]: no search
+    grid_from: str | None = None  # takes this node's grid once every grid is chosen (shared grids)
+    allowed_bits: tuple[int, ...] | None = None  # the bits the target platform allows here; None: any
 
 
 @dataclass

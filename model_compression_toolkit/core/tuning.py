@@ -5,9 +5,10 @@
 The quantizers to keep float come from the previous trial's similarity report, ranked by
 how much each alone damages the model output (`core.similarity.causes`), so a layer that
 only inherits damage from an earlier one is not chosen. A layer's output and its weights
-are separate quantizers, kept float separately: the report's suggested fix (every cause,
-linked causes together) first, then the next quantizers in rank order. The loop that
-quantizes and evaluates is `pipeline.tuning`.
+are separate quantizers, changed separately: the report's suggested fix first (every
+cause, linked causes together; outputs kept float, weights given more bits or kept
+float), then the next quantizers in rank order, kept float. The loop that quantizes and
+evaluates is `pipeline.tuning`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from model_compression_toolkit.core.similarity.causes import ACTIVATION, WEIGHTS, QuantizerEntry
+from model_compression_toolkit.core.similarity.causes import ACTIVATION, WEIGHTS
+from model_compression_toolkit.core.similarity.fix import SuggestedFix
 from model_compression_toolkit.core.similarity.report import SimilarityReport
 
 
@@ -41,6 +43,7 @@ class TuningTrial:
         run_name: its TensorBoard run inside the call's call folder.
         kept_activations: the layers whose outputs tuning kept float.
         kept_weights: the layers whose weights tuning kept float.
+        weight_bits: the layers whose weights tuning gave more bits, and how many.
     """
 
     n: int
@@ -52,6 +55,7 @@ class TuningTrial:
     run_name: str
     kept_activations: list[str] = field(default_factory=list)
     kept_weights: list[str] = field(default_factory=list)
+    weight_bits: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,17 +130,23 @@ def rank(trial: TuningTrial) -> tuple[float, int]:
     return trial.score, -len(trial.kept_float)
 
 
-def next_quantizers(report: SimilarityReport, count: int, tried: set[tuple[str, str]]) -> list[QuantizerEntry]:
-    """The quantizers the next trial keeps float: the report's suggested fix when it names
-    any not yet kept float (linked causes together), else the next ``count`` in rank order.
+def next_changes(report: SimilarityReport, count: int, tried: set[tuple[str, str]]) -> SuggestedFix:
+    """What the next trial changes: the report's suggested fix, less what earlier trials
+    changed already, when anything is left of it; else the next ``count`` quantizers in rank
+    order, kept float.
 
     Args:
         report: the last trial's similarity report (its quantizers ranked worst first).
-        count: how many quantizers to add when the fix adds none.
-        tried: (layer, kind) of the quantizers already kept float; not chosen again.
+        count: how many quantizers to keep float when the fix adds nothing.
+        tried: (layer, kind) of the quantizers earlier trials changed; not chosen again.
     """
-    fixed = {(n, ACTIVATION) for n in report.fix.activations} | {(n, WEIGHTS) for n in report.fix.weights}
-    fresh = [q for q in report.quantizers if (q.name, q.kind) not in tried]
-    from_fix = [q for q in fresh if (q.name, q.kind) in fixed]
-    return from_fix or fresh[:count]
-
+    fix = report.fix
+    fresh = SuggestedFix(
+        [n for n in fix.activations if (n, ACTIVATION) not in tried],
+        [n for n in fix.weights if (n, WEIGHTS) not in tried],
+        {n: b for n, b in fix.weight_bits.items() if (n, WEIGHTS) not in tried},
+    )
+    if fresh:
+        return fresh
+    rest = [q for q in report.quantizers if (q.name, q.kind) not in tried][:count]
+    return SuggestedFix([q.name for q in rest if q.kind == ACTIVATION], [q.name for q in rest if q.kind == WEIGHTS])

@@ -37,6 +37,11 @@ class KerasBackend:
         inputs = self._inputs(model)
         return None if inputs is None else len(inputs)
 
+    def input_names(self, model: Any) -> list[str] | None:
+        """The names of the model's inputs (its ``keras.Input`` layers), in ``model.inputs`` order."""
+        inputs = self._inputs(model)
+        return None if inputs is None else [t.name for t in inputs]
+
     def expected_input_shapes(self, model: Any) -> list[tuple | None] | None:
         inputs = self._inputs(model)
         return None if inputs is None else [(None, *tuple(t.shape)[1:]) for t in inputs]
@@ -69,5 +74,10 @@ class KerasBackend:
         """All outputs of ``model`` in inference mode, flattened, as numpy arrays (none
         for a model built with a tap)."""
         args = [keras.ops.convert_to_tensor(x) for x in inputs]
-        out = model(args[0] if len(args) == 1 else args, training=False)
+        inner = model.model if isinstance(model, builder.TappedModel) else model
+        structure = getattr(inner, "input", None) if isinstance(inner, keras.Model) else None
+        if isinstance(structure, dict):  # a model taking a dict: the list in its flat order
+            out = model(keras.tree.pack_sequence_as(structure, args), training=False)
+        else:
+            out = model(args[0] if len(args) == 1 else args, training=False)
         return [] if out is None else [self.to_numpy(t) for t in keras.tree.flatten(out)]

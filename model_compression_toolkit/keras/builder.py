@@ -12,6 +12,7 @@ The user's layers are never reused, so the user's model is left as it was.
 from __future__ import annotations
 
 import copy
+import inspect
 import re
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +28,10 @@ from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.errors import GraphValidationError, ModelReadError
 from model_compression_toolkit.keras import ops
 from model_compression_toolkit.keras.layers import ActivationFakeQuant
+
+# graph.meta key: (inputs, outputs) structures of a model that takes or returns more than a
+# flat list (keras_hub's dicts), with the graph's inputs / outputs as leaves in flat order
+STRUCTURE_META = "keras_structure"
 
 
 @dataclass(frozen=True)
@@ -127,11 +132,14 @@ def build(
         if name not in tensors:
             raise GraphValidationError(f"extra output {name!r} is not a node of graph {graph.name!r}")
         outputs.extend(tensors[name][:1] if tap is not None else tensors[name])
-    model = keras.Model(
-        inputs=built.inputs[0] if len(built.inputs) == 1 else built.inputs,
-        outputs=outputs[0] if len(outputs) == 1 else outputs,
-        name=built.names.take(graph.name),
-    )
+    inputs: Any = built.inputs[0] if len(built.inputs) == 1 else built.inputs
+    result: Any = outputs[0] if len(outputs) == 1 else outputs
+    structure = graph.meta.get(STRUCTURE_META)
+    if structure is not None:  # the model's own input and output structure (a dict of inputs)
+        inputs = keras.tree.pack_sequence_as(structure[0], built.inputs)
+        if tap is None and not extra_outputs:
+            result = keras.tree.pack_sequence_as(structure[1], outputs)
+    model = keras.Model(inputs=inputs, outputs=result, name=built.names.take(graph.name))
     _BUILT[model] = built
     return TappedModel(model, list(extra_outputs), tap) if tap is not None else model
 
@@ -201,15 +209,42 @@ class _Names:
 
 
 def make_layer(cls: type, config: dict, name: str) -> Any:
-    """A new layer (or ``keras.ops`` operation) of class ``cls`` from a copy of ``config``."""
+    """A new layer (or ``keras.ops`` operation) of class ``cls`` from a copy of ``config``.
+
+    A config holding keys its ``__init__`` does not take (keras_hub's ViTPatchingAndEmbedding
+    writes ``num_patches``, which it computes) is tried again without them."""
+    config = {**copy.deepcopy(config), "name": name}
     try:
-        return cls.from_config({**copy.deepcopy(config), "name": name})
+        return cls.from_config(config)
     except Exception as e:
+        if "enable_unsafe_deserialization" in str(e):  # Keras' safe mode refuses Python code
+            raise ModelReadError(
+                f"expected layer {name!r} ({cls.__name__}) to be rebuilt with from_config(get_config()); "
+                "Keras refuses to rebuild a layer holding Python code (a Lambda's function) while its safe "
+                "mode is on. If you trust the model (it is your own code), call "
+                "keras.config.enable_unsafe_deserialization() before quantizing; or replace the "
+                f"{cls.__name__} with a layer subclass that implements get_config()."
+            ) from e
+        accepted = _init_keywords(cls)
+        if accepted is not None and set(config) - accepted:
+            try:
+                return cls.from_config({k: v for k, v in config.items() if k in accepted})
+            except Exception:
+                pass
         raise ModelReadError(
             f"expected layer {name!r} ({cls.__name__}) to be rebuilt with from_config(get_config()); "
             f"it raised {type(e).__name__}: {e}. Make get_config() of {cls.__name__} return every "
             "__init__ argument (or implement from_config)."
         ) from e
+
+
+def _init_keywords(cls: type) -> set[str] | None:
+    """The keywords ``cls.__init__`` and the Keras base classes take, or None if unknown."""
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return None
+    return {n for n in params if n != "self"} | {"name", "trainable", "dtype", "autocast", "input_dim"}
 
 
 def _call(
@@ -228,7 +263,7 @@ def _call(
         config = _zero_initializers(config)
     layer = make_layer(payload["class"], config, names.take(node.name))
     out = layer(*fill(payload["args"], inputs), **fill(payload["kwargs"], inputs))
-    if node.kind == OpKind.UNKNOWN and node.weights:  # its variable names may differ: go by order
+    if node.weights and (node.kind == OpKind.UNKNOWN or ops.named_layer(layer)):  # names may differ: by order
         layer.set_weights(list(node.weights.values()))
     elif ops.is_layer(layer) and layer.weights:
         layer.set_weights([_weight(node, name, quantized, weights) for name in ops.weight_names(layer)])

@@ -47,6 +47,7 @@ class ActivationFakeQuant(keras.layers.Layer):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.supports_masking = True  # elementwise: a mask (keras_hub's padding mask) passes through
         self.scale = _plain(scale)
         self.zero_point = _plain(zero_point)
         self.qmin = int(qmin)

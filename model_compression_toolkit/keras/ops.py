@@ -36,6 +36,8 @@ _LAYERS: dict[str, OpKind] = {
     ),
     **dict.fromkeys(["Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose"], K.CONV_TRANSPOSE),
     "Dense": K.DENSE,
+    "EinsumDense": K.DENSE,
+    "Embedding": K.EMBEDDING,
     "BatchNormalization": K.BATCH_NORM,
     "LayerNormalization": K.LAYER_NORM,
     **dict.fromkeys(["Rescaling", "Normalization"], K.NORMALIZATION),
@@ -104,8 +106,23 @@ _OPS: dict[str, OpKind] = {
     "Multiply": K.MUL,
     **dict.fromkeys(["Maximum", "Minimum", "Divide", "TrueDivide"], K.ELEMENTWISE),
     "Concatenate": K.CONCAT,
+    "Stack": K.CONCAT,
     "Mean": K.MEAN,
-    **dict.fromkeys(["Reshape", "Transpose", "ExpandDims", "Squeeze"], K.RESHAPE),
+    **dict.fromkeys(["Reshape", "Transpose", "ExpandDims", "Squeeze", "GetItem", "Slice", "Take"], K.RESHAPE),
+    **dict.fromkeys(["TakeAlongAxis", "Split", "Tile", "Repeat", "BroadcastTo", "Flip", "Roll"], K.RESHAPE),
+    **dict.fromkeys(["Swapaxes", "Moveaxis", "Flatten", "Cast", "Unstack"], K.RESHAPE),
+    **dict.fromkeys(["Einsum", "Matmul", "Dot", "Tensordot"], K.MATMUL),
+    "DotProductAttention": K.ATTENTION,
+    **dict.fromkeys(["Sqrt", "Rsqrt", "Exp", "Power", "Square", "Negative", "Abs", "Erf"], K.ELEMENTWISE),
+}
+# Layers outside Keras' public API, by class name in a keras or keras_hub module: lookups
+# whose output is an activation, ConvNeXt's per-channel scale, and InceptionResNetV2's
+# scaled residual sum (``x + branch * scale``).
+_NAMED_LAYERS: dict[str, OpKind] = {
+    **dict.fromkeys(["ReversibleEmbedding", "PositionEmbedding", "RotaryEmbedding"], K.EMBEDDING),
+    "TokenAndPositionEmbedding": K.EMBEDDING,
+    "LayerScale": K.MUL,
+    "CustomScaleLayer": K.ADD,
 }
 
 # a layer's variable name -> neutral weight name
@@ -140,10 +157,19 @@ def snake_case(name: str) -> str:
 def kind_of(op: Any) -> OpKind:
     """The neutral kind of a layer or a ``keras.ops`` operation."""
     if is_layer(op):
-        return _layer_kinds().get(type(op), K.UNKNOWN)
+        kind = _layer_kinds().get(type(op))
+        if kind is None and type(op).__module__.startswith("keras"):
+            kind = _NAMED_LAYERS.get(type(op).__name__)
+        return kind or K.UNKNOWN
     if type(op).__module__.startswith("keras."):
         return _OPS.get(type(op).__name__, K.UNKNOWN)
     return K.UNKNOWN
+
+
+def named_layer(op: Any) -> bool:
+    """Whether ``op`` is known by its class name only (`_NAMED_LAYERS`): its variables have
+    no fixed names, so its weights go by their order."""
+    return is_layer(op) and type(op) not in _layer_kinds() and kind_of(op) != K.UNKNOWN
 
 
 def layer_type(op: Any) -> str:
@@ -192,15 +218,31 @@ def weight_names(layer: Any) -> list[str]:
     return names
 
 
-def kernel_axes(kind: OpKind, class_name: str, weights: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+def einsum_axes(equation: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """An EinsumDense kernel's output-channel axes (its letters in the output) and
+    input-channel axes (its letters in the input): ``"abc,cde->abde"`` -> ((1, 2), (0,))."""
+    inputs, output = equation.replace(" ", "").split("->")
+    data, kernel = inputs.split(",")
+    return (
+        tuple(i for i, c in enumerate(kernel) if c in output),
+        tuple(i for i, c in enumerate(kernel) if c in data and c not in output),
+    )
+
+
+def kernel_axes(
+    kind: OpKind, class_name: str, weights: dict[str, np.ndarray], config: dict | None = None
+) -> dict[str, tuple[int, ...]]:
     """Output-channel axes of the quantizable weights, non-negative.
 
     Conv (kh, kw, in, out): (3,); depthwise (kh, kw, in, mult): (2, 3);
-    transpose (kh, kw, out, in): (2,); Dense (in, out): (1,).
+    transpose (kh, kw, out, in): (2,); Dense (in, out): (1,); EinsumDense: the kernel's
+    axes that appear in the output (`einsum_axes`).
     """
     kernel = weights.get("kernel")
     if kind not in (K.CONV, K.CONV_TRANSPOSE, K.DENSE) or kernel is None:
         return {}
+    if class_name == "EinsumDense":
+        return {"kernel": einsum_axes((config or {})["equation"])[0]}
     nd = kernel.ndim
     if class_name.startswith("Depthwise"):
         return {"kernel": (nd - 2, nd - 1)}
@@ -213,13 +255,18 @@ def kernel_axes(kind: OpKind, class_name: str, weights: dict[str, np.ndarray]) -
     return axes
 
 
-def kernel_in_axis(kind: OpKind, class_name: str, weights: dict[str, np.ndarray]) -> dict[str, int]:
+def kernel_in_axis(
+    kind: OpKind, class_name: str, weights: dict[str, np.ndarray], config: dict | None = None
+) -> dict[str, int]:
     """Input-channel axis of the kernel, for bias correction: the one before the last.
 
     Conv (kh, kw, in, out) and depthwise (kh, kw, in, mult): 2; Dense (in, out): 0.
-    Empty for transposed and separable convolutions, which bias correction leaves alone.
+    Empty for transposed and separable convolutions, which bias correction leaves alone,
+    and for an EinsumDense, whose output channels need not be the output's last axis.
     """
     kernel = weights.get("kernel")
+    if class_name == "EinsumDense":
+        return {}
     if kind not in (K.CONV, K.DENSE) or kernel is None or kernel.ndim < 2 or class_name.startswith("Separable"):
         return {}
     return {"kernel": kernel.ndim - 2}

@@ -14,8 +14,9 @@ refused rather than built.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import keras
@@ -25,7 +26,7 @@ from model_compression_toolkit.core.backend import unsupported_warnings
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError
 from model_compression_toolkit.keras import ops
-from model_compression_toolkit.keras.builder import fill, make_layer, template
+from model_compression_toolkit.keras.builder import STRUCTURE_META, fill, make_layer, template
 
 Source = tuple[str, int]  # (graph node, output index)
 _HOW_TO = (
@@ -39,13 +40,37 @@ _HOW_TO = (
 def read(model: Any, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, list[str]]:
     """Read ``model`` into a validated Graph and the warnings for layers kept in float."""
     view, config = functional_config(model, sample_inputs)
+    check_names(model, view.inputs, getattr(sample_inputs, "names", None))
     check_inputs(view.inputs, sample_inputs)
     graph = Graph(model.name, "keras")
     reader = _Reader(graph)
     graph.outputs = reader.expand(view, config, "", None)
+    order = {t.name: i for i, t in enumerate(view.inputs)}  # the order of model.inputs and of the batches
+    graph.inputs.sort(key=lambda name: order.get(name, len(order)))
+    structure = _structure(model, graph)
+    if structure is not None:
+        graph.meta[STRUCTURE_META] = structure
     reader.infer_shapes(sample_inputs)
     graph.validate()
     return graph, unsupported_warnings(graph)
+
+
+def _structure(model: Any, graph: Graph) -> tuple[Any, Any] | None:
+    """The model's input and output structures with flat indices as leaves, when either is
+    more than a tensor or a flat list (a dict of inputs); else None."""
+    try:
+        inputs, outputs = model.input, model.output
+    except (AttributeError, ValueError):
+        return None
+    if not isinstance(inputs, dict) and not isinstance(outputs, dict):
+        return None
+    flat_in, flat_out = keras.tree.flatten(inputs), keras.tree.flatten(outputs)
+    if len(flat_in) != len(graph.inputs) or len(flat_out) != len(graph.outputs):
+        return None
+    return (
+        keras.tree.pack_sequence_as(inputs, list(range(len(flat_in)))),
+        keras.tree.pack_sequence_as(outputs, list(range(len(flat_out)))),
+    )
 
 
 def is_functional(obj: Any) -> bool:
@@ -98,6 +123,19 @@ def _config_problem(view: Any, error: Exception) -> str:
                 f"Implement get_config() in {type(op).__name__}."
             )
     return f"expected the model's get_config() to work; it raised {type(error).__name__}: {error}"
+
+
+def check_names(model: Any, expected: Sequence[Any], names: Sequence[str] | None) -> None:
+    """Raise InputMismatchError unless the keywords of a dict batch are the model's input names."""
+    if names is None:
+        return
+    wanted = [t.name for t in expected]
+    unknown = [n for n in names if n not in wanted]
+    if unknown:
+        raise InputMismatchError(
+            f"expected keyword inputs that model {model.name!r} takes ({', '.join(wanted)}); got {unknown} in "
+            "the batches from representative_data_gen. Use the names of the model's keras.Input layers as keys."
+        )
 
 
 def check_inputs(expected: Sequence[Any], sample_inputs: Sequence[np.ndarray]) -> None:
@@ -177,10 +215,15 @@ class _Reader:
                 for src, ref in zip(sources, refs):
                     self.declared.setdefault(src, tuple(ref["shape"]))
                 op, name = objects[layer["name"]], layer["name"] if k == 0 else f"{layer['name']}_{k}"
+                inner = None if isinstance(op, keras.Model) else self._decomposed(op, args, kwargs, refs)
                 if isinstance(op, keras.Model):
                     inner_view, inner_config = functional_config(op)
                     calls[(layer["name"], k)] = self.expand(
                         inner_view, inner_config, self._unique(prefix + name) + "/", sources[:n_args]
+                    )
+                elif inner is not None:
+                    calls[(layer["name"], k)] = self.expand(
+                        inner[0], inner[1], self._unique(prefix + name) + "/", sources
                     )
                 else:
                     calls[(layer["name"], k)] = self._call_node(
@@ -200,6 +243,30 @@ class _Reader:
         for src, tensor in zip(outputs, keras.tree.flatten(view.outputs)):
             self.declared.setdefault(src, tuple(tensor.shape))
         return outputs
+
+    def _decomposed(self, op: Any, args: Any, kwargs: Any, refs: list[dict]) -> tuple[Any, dict] | None:
+        """A composite layer (one made of layers: keras_hub's TransformerEncoder, Keras'
+        MultiHeadAttention) as a functional model of its parts, by calling its ``call`` on
+        symbolic inputs; None when it is not composite or that does not give a model this
+        reader can read (then it stays one unknown node)::
+
+            x -> TransformerEncoder -> y   becomes   x -> [attention parts, add, norm, dense, ...] -> y
+        """
+        if ops.kind_of(op) != OpKind.UNKNOWN or not getattr(op, "_layers", None):
+            return None
+        try:
+            inputs = [keras.Input(batch_shape=tuple(r["shape"]), dtype=r.get("dtype", "float32")) for r in refs]
+            with _inlined(op):
+                outputs = op.call(*fill(args, inputs), **fill(kwargs, inputs))
+            view, config = functional_config(keras.Model(inputs, outputs))
+            scratch = Graph("check", "keras")
+            for i in range(len(refs)):
+                scratch.add_node(Node(f"in{i}", OpKind.INPUT, "InputLayer"))
+            _Reader(scratch).expand(view, config, "", [(f"in{i}", 0) for i in range(len(refs))])
+        except Exception:  # not expressible as layers and operations (a shape known only when it
+            # runs, a part without get_config): kept whole
+            return None
+        return view, config
 
     def _input_node(self, layer: Any, name: str) -> str:
         config = layer.get_config()
@@ -236,8 +303,8 @@ class _Reader:
             layer_type=ops.layer_type(op),
             attrs=attrs,
             weights=weights,
-            kernel_axes=ops.kernel_axes(kind, class_name, weights),
-            kernel_in_axis=ops.kernel_in_axis(kind, class_name, weights),
+            kernel_axes=ops.kernel_axes(kind, class_name, weights, config),
+            kernel_in_axis=ops.kernel_in_axis(kind, class_name, weights, config),
             fused_activation=None
             if kind in (OpKind.ACTIVATION, OpKind.SOFTMAX)
             else ops.fused_activation(config),
@@ -260,6 +327,8 @@ class _Reader:
             else:
                 outs = self._output_spec(node, inputs)
             specs[node.name] = outs
+            if node.kind not in (OpKind.INPUT, OpKind.SHAPE) and outs and not any(_floating(t) for t in outs):
+                node.kind = OpKind.SHAPE  # ids, masks, positions: no activation to quantize
             node.input_shapes = [tuple(t.shape) for t in inputs]
             node.output_shapes = [tuple(t.shape) for t in outs]
             if node.output_shapes:
@@ -277,11 +346,48 @@ class _Reader:
             return [keras.KerasTensor(self.declared.get((node.name, i), (None,))) for i in range(count)]
 
 
+class _Inline:
+    """Stands for a sublayer during a symbolic call: calls its ``call``, so its own layers
+    are recorded instead of it (keras_hub's ViT ``MLP``, which has no get_config)."""
+
+    def __init__(self, layer: Any) -> None:
+        self.layer = layer
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with _inlined(self.layer):
+            return self.layer.call(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _inlined(op: Any) -> Iterator[None]:
+    """Within: every sublayer attribute of ``op`` that cannot give its config is an `_Inline`
+    (set past Keras' attribute tracking, and put back after)."""
+    swapped = {}
+    for name, value in list(vars(op).items()):
+        if isinstance(value, keras.layers.Layer) and getattr(value, "_layers", None):
+            try:
+                value.get_config()
+            except Exception:  # NotImplementedError: a layer written without get_config
+                swapped[name] = value
+    try:
+        for name, value in swapped.items():
+            object.__setattr__(op, name, _Inline(value))
+        yield
+    finally:
+        for name, value in swapped.items():
+            object.__setattr__(op, name, value)
+
+
+def _floating(tensor: Any) -> bool:
+    return "float" in str(getattr(tensor, "dtype", "float32"))
+
+
 def _refs(value: Any) -> list[tuple]:
-    """The ``[name, node, tensor]`` leaves of a nested input/output structure, in order."""
+    """The ``[name, node, tensor]`` leaves of a nested input/output structure, in the order
+    ``keras.tree.flatten`` gives the model's tensors (a dict's by sorted key)."""
     if isinstance(value, (list, tuple)) and len(value) == 3 and isinstance(value[0], str):
         return [tuple(value)]
-    items = value.values() if isinstance(value, dict) else value
+    items = [value[k] for k in sorted(value)] if isinstance(value, dict) else value
     return [ref for v in items for ref in _refs(v)]
 
 

@@ -7,11 +7,18 @@
 With no log folder, ``call.folder`` is None and nothing is written; either way the
 call's progress is shown on the console (`ConsoleProgress`), ending with the line that
 opens this call alone in TensorBoard.
+
+A call's ``mct.log`` receives only the lines logged inside that call (by the thread or task
+running it), so two calls running at once in one process never mix their lines. A call that
+ends with an exception (``KeyboardInterrupt`` included) writes it, with its traceback and
+"this run is incomplete", to ``mct.log`` and to the Text summary of its last stage.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +29,8 @@ from model_compression_toolkit.observers.console import ConsoleProgress
 from model_compression_toolkit.observers.log_folder import LOG_FILE, logger, make_call_folder
 from model_compression_toolkit.observers.tensorboard import TensorBoardObserver
 from model_compression_toolkit.pipeline.events import Fanout, NullObserver, Observer
+
+_CALL: contextvars.ContextVar[object | None] = contextvars.ContextVar("mct_call", default=None)
 
 
 @dataclass
@@ -39,6 +48,17 @@ class CallLog:
     warnings: list[str] = field(default_factory=list)
 
 
+class _ThisCall(logging.Filter):
+    """Passes the records logged inside one call (in its thread or task) only."""
+
+    def __init__(self, marker: object) -> None:
+        super().__init__()
+        self.marker = marker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _CALL.get() is self.marker
+
+
 @contextmanager
 def observe_call(model_name: str, root: Path | None, label: str = "") -> Iterator[CallLog]:
     """The logging of one PTQ call into ``root`` (the log folder; None: nothing is written),
@@ -46,7 +66,8 @@ def observe_call(model_name: str, root: Path | None, label: str = "") -> Iterato
     in TensorBoard.
 
     Creates the call folder (``<model>_<label>_<time>``), attaches ``<call folder>/mct.log``
-    to the library's logger, and on exit (success or exception) closes every writer and
+    to the library's logger for the lines of this call, and on exit (success or any
+    exception, KeyboardInterrupt included) records an exception, closes every writer and
     removes the handler. If the folder cannot be created, warns and the call goes on
     without logging.
     """
@@ -66,24 +87,53 @@ def _log_folder(name: str, root: Path | None, console: ConsoleProgress) -> Itera
     if root is None:
         yield CallLog(folder=None, observer=Fanout(console))
         return
+    marker = object()
+    token = _CALL.set(marker)
+    handler: logging.FileHandler | None = None
+    observer: TensorBoardObserver | None = None
     try:
-        folder = make_call_folder(root, name)
-        handler = logging.FileHandler(folder / LOG_FILE, encoding="utf-8")
-    except OSError as exc:
-        warn_user(f"Logging is off for this call: cannot create a call folder in {root} ({exc}).", RuntimeWarning)
-        yield CallLog(folder=None, observer=Fanout(console))
-        return
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logger.addHandler(handler)
-    call = CallLog(folder=folder)
-    observer = TensorBoardObserver(folder, call.warnings)
-    call.observer = Fanout(observer, console)
-    try:
+        try:
+            folder = make_call_folder(root, name)
+            handler = logging.FileHandler(folder / LOG_FILE, encoding="utf-8")
+        except OSError as exc:
+            warn_user(f"Logging is off for this call: cannot create a call folder in {root} ({exc}).", RuntimeWarning)
+            folder = None
+        if folder is None:
+            yield CallLog(folder=None, observer=Fanout(console))
+            return
+        handler.addFilter(_ThisCall(marker))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        call = CallLog(folder=folder)
+        observer = TensorBoardObserver(folder, call.warnings)
+        call.observer = Fanout(observer, console)
         logger.info("quantization call %r logging to %s", name, folder)
-        yield call
+        try:
+            yield call
+        except BaseException as exc:
+            _record_failure(handler, observer, name, exc)
+            raise
     finally:
         try:
-            observer.close()
+            if observer is not None:
+                observer.close()
         finally:
-            logger.removeHandler(handler)
-            handler.close()
+            if handler is not None:
+                logger.removeHandler(handler)
+                handler.close()
+            _CALL.reset(token)
+
+
+def _record_failure(handler: logging.Handler, observer: TensorBoardObserver, model_name: str, error: BaseException) -> None:
+    """``mct.log`` (only: the exception reaches the caller anyway) and the last stage's Text
+    summary say why the run stopped; a failure to say so never hides ``error``."""
+    try:
+        record = logger.makeRecord(
+            logger.name, logging.ERROR, __file__, 0,
+            "quantization call %r stopped with %s: this run is incomplete (the stages after the last "
+            "one written are missing)", (model_name, type(error).__name__), (type(error), error, error.__traceback__),
+        )  # fmt: skip
+        handler.handle(record)
+        observer.call_failed(error)
+    except Exception as failure:  # noqa: BLE001 - the call's own exception is what the user must see
+        warnings.warn(f"could not record in the log folder why the call stopped: {failure}", RuntimeWarning, stacklevel=2)

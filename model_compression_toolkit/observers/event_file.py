@@ -93,17 +93,39 @@ class RunWriter:
         path: the run directory (created if needed).
         on_error: called with (path, OSError) when writing fails; the writer then stops
             writing and closes its file. Without it the OSError is raised.
+        root: a folder that must already exist: only the folders between it and ``path``
+            are created, so a call folder deleted mid-run fails the write (FileNotFoundError)
+            instead of being created again.
     """
 
-    def __init__(self, path: str | Path, on_error: Callable[[Path, OSError], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        on_error: Callable[[Path, OSError], None] | None = None,
+        root: str | Path | None = None,
+    ) -> None:
         self.path = Path(path)
+        self._root = Path(root) if root is not None else None
         self._on_error = on_error
         self._file: IO[bytes] | None = None
         self.disabled = False
-        self._guard(self._open)
+        try:
+            self._guard(self._open)
+        except BaseException:  # an interrupt while the file opens: release it before it is raised
+            self._release()
+            raise
 
     def _open(self) -> None:
-        os.makedirs(self.path, exist_ok=True)
+        if self._root is None:
+            os.makedirs(self.path, exist_ok=True)
+        else:
+            folder = self._root
+            for part in self.path.relative_to(self._root).parts:
+                folder = folder / part
+                try:
+                    os.mkdir(folder)
+                except FileExistsError:
+                    pass
         self._file = open(self.path / _event_file_name(), "wb")  # noqa: SIM115 - closed in _release()
         start = event_pb2.Event(
             wall_time=time.time(),

@@ -10,6 +10,7 @@ Pure builders (each checked on its own by the tests):
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
 import math
@@ -380,5 +381,16 @@ def text_summary_value(tag: str, markdown: str) -> summary_pb2.Summary.Value:
 
 
 def clean_tag(tag: str) -> str:
-    """A tag without control characters (``/`` is kept: TensorBoard groups by it)."""
-    return "".join(c if c.isprintable() else "_" for c in str(tag)) or "_"
+    """A tag without control characters (``/`` is kept: TensorBoard groups by it).
+
+    A ``/``-separated part that had to change gets a short hash of the original, so that
+    two names never share a tag: ``"a\tb"`` -> ``"a_b-<hash>"``, while ``"a_b"`` stays.
+    """
+    return "/".join(_clean_part(part) for part in str(tag).split("/")) or "_"
+
+
+def _clean_part(part: str) -> str:
+    clean = "".join(c if c.isprintable() else "_" for c in part)
+    if clean == part:
+        return part
+    return f"{clean}-{hashlib.sha1(part.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"

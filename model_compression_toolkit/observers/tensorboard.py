@@ -7,12 +7,18 @@
 
 A write failure (disk full) never reaches the quantization: the observer warns once,
 naming the file that failed, stops writing to this call folder and leaves what was
-written readable.
+written readable. A call folder deleted or moved away mid-run (its log folder removed,
+renamed or re-pointed) is one warning saying what went with it; the folder is never
+created again behind the user's back, so a run is never split in two.
+
+    call_failed(exception)  -> a "this run is incomplete" step in the Text summary of the
+                               last stage written
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +30,7 @@ from model_compression_toolkit.observers import tuning_view
 from model_compression_toolkit.observers.event_file import NullRunWriter, RunWriter
 from model_compression_toolkit.observers.log_folder import safe_run_path
 from model_compression_toolkit.observers.report_files import write_mixed_precision, write_similarity_report
-from model_compression_toolkit.observers.stage_view import write_stage
+from model_compression_toolkit.observers.stage_view import SUMMARY_TAG, stage_run, write_stage
 from model_compression_toolkit.pipeline.events import Progress, StageReport, TrialReport
 
 logger = logging.getLogger("model_compression_toolkit")
@@ -44,6 +50,9 @@ class TensorBoardObserver:
         self.failed = False
         self.warnings = warnings_shown if warnings_shown is not None else []
         self._writers: list[RunWriter] = []
+        self._identity = _identity(self.call_folder)  # which directory the call folder is
+        self._written: list[str] = []  # the runs written so far (what a deleted folder takes along)
+        self._last_stage: str | None = None  # the run of the last stage written
 
     # -------------------------------------------------------------- writers
     def _warn(self, message: str) -> None:
@@ -53,6 +62,9 @@ class TensorBoardObserver:
 
     def _on_error(self, path: Path, exc: OSError) -> None:
         if not self.failed:
+            if self._folder_gone():
+                self._lost()
+                return
             self.failed = True
             self._warn(
                 f"TensorBoard logging stopped: writing {path} failed ({exc}). Quantization "
@@ -61,13 +73,38 @@ class TensorBoardObserver:
         for w in self._writers:
             w.disable()
 
+    def _folder_gone(self) -> bool:
+        return self._identity is None or _identity(self.call_folder) != self._identity
+
+    def _lost(self) -> None:
+        """Stop writing, and say once what the deleted or moved call folder took with it."""
+        self.failed = True
+        for w in self._writers:
+            w.disable()
+        runs = ", ".join(self._written + ["mct.log"])
+        self._warn(
+            f"TensorBoard logging stopped: the call folder {self.call_folder} was deleted or moved during "
+            "the run (it, or the log folder above it, was removed, renamed or re-pointed). Gone from "
+            f"there with it: {runs}. Quantization goes on; nothing more is written for this call, so "
+            "the run is not split between two folders."
+        )
+
+    def _check_folder(self) -> bool:
+        """Whether writing may go on: not stopped, and the call folder still the one created."""
+        if not self.failed and self._folder_gone():
+            self._lost()
+        return not self.failed
+
     def writer(self, run_name: str) -> RunWriter | NullRunWriter:
         """Open the run ``<call_folder>/<run_name>`` (``/`` nests); closed by `close`."""
         path = safe_run_path(self.call_folder, run_name)
         if self.failed:
             return NullRunWriter(path)
-        w = RunWriter(path, on_error=self._on_error)
+        w = RunWriter(path, on_error=self._on_error, root=self.call_folder)
         self._writers.append(w)
+        top = path.relative_to(self.call_folder).parts[0]
+        if top not in self._written:
+            self._written.append(top)
         return w
 
     def _in_runs(self, write: Callable[[Callable[[str], Any]], None]) -> Path | None:
@@ -75,7 +112,7 @@ class TensorBoardObserver:
 
         Returns the first run's path, or None when logging had stopped.
         """
-        if self.failed:
+        if not self._check_folder():
             return None
         opened: list[RunWriter | NullRunWriter] = []
 
@@ -94,6 +131,8 @@ class TensorBoardObserver:
 
     def _files(self, write: Callable[[Path], Any]) -> None:
         """Write report files; a failing disk warns and quantization goes on."""
+        if not self._check_folder():
+            return
         try:
             write(self.call_folder)
         except OSError as err:
@@ -106,6 +145,8 @@ class TensorBoardObserver:
     def stage_finished(self, report: StageReport) -> None:
         start = time.perf_counter()
         path = self._in_runs(lambda open_writer: write_stage(open_writer, report))
+        if path is not None:
+            self._last_stage = stage_run(report.name)
         if report.mixed_precision is not None:
             self._files(lambda folder: write_mixed_precision(folder, report.mixed_precision))
         if report.similarity is not None:
@@ -126,8 +167,31 @@ class TensorBoardObserver:
     def tuning_finished(self, result: TuningResult) -> None:
         self._in_runs(lambda open_writer: tuning_view.write_tuning(open_writer(TUNING_RUN), result))
 
+    def call_failed(self, error: BaseException) -> None:
+        """Add to the Text summary of the last stage written that the run stopped, and why."""
+        if self._last_stage is None or not self._check_folder():
+            return
+        message = f"{type(error).__name__}: {error}".strip().rstrip(":")
+        self._in_runs(
+            lambda open_writer: open_writer(self._last_stage).add_text(
+                SUMMARY_TAG,
+                f"**Stopped: this run is incomplete.** The call failed after this stage with "
+                f"`{message}`; the stages after it were not written. mct.log holds the traceback.",
+                step=1,
+            )
+        )
+
     def close(self) -> None:
         writers, self._writers = self._writers, []
         for w in writers:
             w.close()
+
+
+def _identity(folder: Path) -> tuple[int, int] | None:
+    """(device, inode) of the directory at ``folder`` now, or None when there is none."""
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 

@@ -23,17 +23,24 @@ from model_compression_toolkit.core.calibration.bias_correction import (
     possible_new_biases,
     set_input_means,
 )
+from model_compression_toolkit.core.calibration.hessian import set_importance, wants_second_moments
 from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
+from model_compression_toolkit.core.calibration.shared_grids import share_grids
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics, StatisticsCollector
 from model_compression_toolkit.core.calibration.thresholds import fill_activation_config, fill_weights_config
+from model_compression_toolkit.core.checks import check_activations, check_weights
 from model_compression_toolkit.core.config import CoreConfig, KeepFloat, ResourceUtilization
 from model_compression_toolkit.core.data import RepresentativeData
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.mixed_precision.search import check_budget
+from model_compression_toolkit.core.node_rules import bit_width_rules
 from model_compression_toolkit.core.preparation import assign_quantization, prepare_graph
+from model_compression_toolkit.core.resolution import quantization_edits
+from model_compression_toolkit.core.resources import weights_target
 from model_compression_toolkit.core.selection import check_rules
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult, analyze
+from model_compression_toolkit.core.similarity.fix import SuggestedFix
 from model_compression_toolkit.core.similarity.plan import Comparison
 from model_compression_toolkit.core.similarity.reference import FloatModel, FloatReference, has_batch_axis
 from model_compression_toolkit.errors import InputMismatchError, warn_user
@@ -91,7 +98,9 @@ class Quantization:
 class Session:
     """One model's PTQ: checks and reads once, collects statistics once, quantizes on demand.
 
-    Bad input fails in the constructor, before anything is written.
+    Bad input fails in the constructor, before anything is written; calibration data that
+    leaves nothing to calibrate on fails when the statistics are collected. `close` (or
+    leaving a ``with`` block) closes the user's data iteration if a call ends early.
 
     Args:
         model: the user's float model (never modified).
@@ -99,7 +108,8 @@ class Session:
         config: a validated `CoreConfig` whose ``debug_config.analyze_similarity`` is
             already True or False (`ptq` resolves it).
         backend: the model's framework backend.
-        target: a weights memory budget for mixed precision, validated.
+        target: a resource budget for mixed precision, validated; kept as the weights
+            budget it leaves (`core.resources.weights_target`).
     """
 
     def __init__(
@@ -114,23 +124,42 @@ class Session:
         self.target = target
         self.backend = backend
         self.data = RepresentativeData(representative_data_gen, backend, model)
-        self.model_name = backend.model_name(model)
-        self.initial, read_warnings = backend.read(model, self.data.first)
-        check_rules(self.initial, config.keep_float_rules)
-        self.warnings: list[str] = []
-        for message in read_warnings:
-            self.warn(message)
-        self._stats: dict[str, NodeStatistics] | None = None
-        self._reference: FloatReference | None = None
-        self._prepared: Graph | None = None
-        self.observer: Observer = NullObserver()
-        # Samples whose float outputs the statistics pass keeps for later comparisons, on
-        # top of what a staged call compares itself (the tuning loop compares every trial).
-        self.reference_samples = 0
-        if target is not None:  # an impossible budget fails now, before anything is written
-            graph = self.prepare()
-            biases = possible_new_biases(graph) if config.quantization_config.weights_bias_correction else {}
-            check_budget(graph, target, config.mixed_precision_config.candidate_bits, biases)
+        try:  # the user's data iteration is closed if reading or checking fails
+            self.model_name = backend.model_name(model)
+            self.initial, read_warnings = backend.read(model, self.data.first)
+            check_weights(self.initial)
+            check_rules(self.initial, config.keep_float_rules)
+            self.edits = quantization_edits(config)
+            self.warnings: list[str] = []
+            for message in read_warnings:
+                self.warn(message)
+            self._stats: dict[str, NodeStatistics] | None = None
+            self._reference: FloatReference | None = None
+            self._prepared: Graph | None = None
+            self.observer: Observer = NullObserver()
+            # Samples whose float outputs the statistics pass keeps for later comparisons, on
+            # top of what a staged call compares itself (the tuning loop compares every trial).
+            self.reference_samples = 0
+            if self.edits:  # a rule that selects nothing fails now, before anything is written
+                self.prepare()
+            if target is not None:  # an impossible budget fails now, before anything is written
+                graph = self.prepare()
+                self.target = weights_target(graph, target)
+                biases = possible_new_biases(graph) if config.quantization_config.weights_bias_correction else {}
+                check_budget(graph, self.target, config.mixed_precision_config.candidate_bits, biases)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the user's data iteration if a pass left it open (a call that failed early)."""
+        self.data.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def warn(self, message: str, category: type[Warning] = UserWarning) -> None:
         """Warn the user (at their own line), log it, and keep it for ``info.warnings``."""
@@ -147,14 +176,18 @@ class Session:
         self.observer.progress(Progress(step, done, total, unit))
 
     # -------------------------------------------------------------- the pieces
-    def prepare(self, keep_float: Sequence[KeepFloat] | None = None) -> Graph:
-        """The prepared graph (BN folded, no-ops removed) with quantization assigned."""
+    def prepare(self, keep_float: Sequence[KeepFloat] | None = None, weight_bits: dict[str, int] | None = None) -> Graph:
+        """The prepared graph (BN folded, no-ops removed) with quantization assigned; with
+        ``weight_bits``, those layers' weights at those bits, after every other edit."""
         rules = self.config.keep_float_rules if keep_float is None else list(keep_float)
         check_rules(self.initial, rules)
         if self._prepared is None:
             self._prepared = prepare_graph(self.initial.copy(), self.config.quantization_config)
         graph = self._prepared.copy()
-        assign_quantization(graph, self.config.quantization_config, rules)
+        edits = self.edits
+        if weight_bits:
+            edits = [*edits, *bit_width_rules(SuggestedFix(weight_bits=dict(weight_bits)).bit_width_config())]
+        assign_quantization(graph, self.config.quantization_config, rules, edits)
         graph.validate()
         return graph
 
@@ -203,13 +236,17 @@ class Session:
             source, recorder, refs = graph, None, {n: n for n in names}
         outputs = list(dict.fromkeys([*refs.values(), *(recorder.names if recorder and recorder.keep else [])]))
         bins = self.config.quantization_config.histogram_bins
-        collectors = {n: StatisticsCollector(bins, graph.node(n).channel_axis) for n in names}
+        second = wants_second_moments(graph)  # HMSE weighs weights by their inputs' E[x^2]
+        collectors = {n: StatisticsCollector(bins, graph.node(n).channel_axis, second) for n in names}
         model = self.backend.build(source, quantized=False, extra_outputs=outputs)
         if recorder is not None and not recorder.keep:  # the comparison runs it again
             recorder.model = model
         n_outputs = len(source.outputs)
-        total = getattr(self.data, "total", None)  # when the data says how many batches it holds
-        for index, batch in enumerate(self.data.batches()):
+        limit = self.config.quantization_config.calibration_batches
+        total = self.data.expected_batches(limit)  # the batches read: the limit, or fewer when known
+        shown = total if self.data.expected_batches(None) is not None else None  # a bound is not a total
+        read = 0
+        for index, batch in enumerate(self.data.batches(limit)):
             try:
                 values = dict(zip(outputs, self.backend.forward(model, batch)[n_outputs:]))
             except (RuntimeError, ValueError, TypeError) as err:  # the first batch ran: this one is bad
@@ -229,8 +266,17 @@ class Session:
                         for n, c in collectors.items()
                     }
             del values
-            self.progress("statistics", index + 1, total, "batches")
+            read = index + 1
+            self.progress("statistics", read, shown, "batches")
+        if limit is not None and read == limit:
+            LOG.info(
+                "statistics collected on the first %d batches of representative_data_gen "
+                "(QuantizationConfig.calibration_batches=%d); later batches, if any, were not read",
+                read, limit,
+            )  # fmt: skip
         stats = {n: c.result() for n, c in collectors.items()}
+        for message in check_activations(graph, stats, self.data.samples_read):
+            self.warn(message, RuntimeWarning)
         if recorder is not None and recorder.histograms is None:  # the data held fewer samples
             recorder.histograms = {n: (s.counts, s.edges) for n, s in stats.items()}
         for name, s in stats.items():
@@ -247,7 +293,10 @@ class Session:
         input means its quantized bias is corrected with."""
         qc = self.config.quantization_config
         stats = self.statistics(graph)
+        if wants_second_moments(graph):
+            set_importance(graph, stats)
         select_thresholds(graph, stats, qc.l_p_value, self.observer)
+        share_grids(graph)
         if qc.weights_bias_correction:
             corrected = set_input_means(graph, stats)
             LOG.debug("bias correction on %d layers: %s", len(corrected), ", ".join(corrected))
@@ -265,12 +314,17 @@ class Session:
         return analyze(
             self.float_model, graph, debug.similarity_samples, debug.similarity_memory_cap,
             self.statistics(graph), weights, q_model, debug.impact_samples, debug.max_impact_quantizers,
-            self.progress,
+            self.config.quantization_config.l_p_value, self.progress,
         )  # fmt: skip
 
-    def quantize(self, keep_float: Sequence[KeepFloat] | None = None, similarity: bool = False) -> Quantization:
+    def quantize(
+        self,
+        keep_float: Sequence[KeepFloat] | None = None,
+        weight_bits: dict[str, int] | None = None,
+        similarity: bool = False,
+    ) -> Quantization:
         """A whole quantization, reported to nobody (the tuning loop's later trials)."""
-        graph = self.prepare(keep_float)
+        graph = self.prepare(keep_float, weight_bits)
         self.select_thresholds(graph)
         result = Quantization(graph, self.build(graph))
         if similarity:

@@ -81,7 +81,7 @@ def compare_in_stage(session: Session, q_graph: Graph, observer: Observer) -> Si
     result = analyze(
         session.float_model, q_graph, debug.similarity_samples, debug.similarity_memory_cap,
         impact_samples=debug.impact_samples, max_impact_quantizers=debug.max_impact_quantizers,
-        progress=session.progress,
+        l_p_value=session.config.quantization_config.l_p_value, progress=session.progress,
     )  # fmt: skip
     _report(observer, "quantized_graph", q_graph, quantized=True, similarity=result)
     LOG.info(result.report.summary())

@@ -20,7 +20,7 @@ from model_compression_toolkit.core.config import KeepFloat, TuningConfig, keep_
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import model_memory
 from model_compression_toolkit.core.memory import graph_memory, total
-from model_compression_toolkit.core.tuning import TuningResult, TuningTrial, next_quantizers, rank, run_name
+from model_compression_toolkit.core.tuning import TuningResult, TuningTrial, next_changes, rank, run_name
 from model_compression_toolkit.errors import ConfigurationError
 from model_compression_toolkit.pipeline.events import Observer, Progress, TrialReport
 from model_compression_toolkit.pipeline.session import Quantization
@@ -48,7 +48,8 @@ class Tuner:
     """The loop's state: trials so far, the layers kept float, the best trial.
 
     Args:
-        quantize: quantizes the model with these `KeepFloat` rules, similarity included.
+        quantize: quantizes the model with these `KeepFloat` rules and these layers' weight
+            bit-widths, similarity included.
         float_graph: the float model's graph (the baseline's).
         rules: the user's own `KeepFloat` rules, kept in every trial.
         evaluate: model -> score, higher is better.
@@ -59,7 +60,7 @@ class Tuner:
 
     def __init__(
         self,
-        quantize: Callable[[Sequence[KeepFloat]], Quantization],
+        quantize: Callable[[Sequence[KeepFloat], dict[str, int]], Quantization],
         float_graph: Graph,
         rules: Sequence[KeepFloat],
         evaluate: Callable[[Any], Any],
@@ -71,6 +72,7 @@ class Tuner:
         self.evaluate, self.config, self.baseline, self.observer = evaluate, config, baseline, observer
         self.activations: list[str] = []  # layers whose outputs tuning keeps float
         self.weights: list[str] = []  # layers whose weights tuning keeps float
+        self.weight_bits: dict[str, int] = {}  # layers whose weights tuning gives more bits
         self.records: list[TuningTrial] = []
         self.best: tuple[TuningTrial, Quantization] | None = None
 
@@ -85,11 +87,12 @@ class Tuner:
         """Evaluate one trial, keep it if it is the best so far, and report it."""
         score = check_score(self.evaluate(trial.model), f"trial {n}'s quantized model")
         memory = graph_memory(trial.graph, quantized=True)
-        kept = list(dict.fromkeys([*self.activations, *self.weights]))
+        kept = list(dict.fromkeys([*self.activations, *self.weights]))  # the layers with anything float
         rec = TuningTrial(
             n=n, score=score, drop=self.drop(score), kept_float=kept, added=added,
             weights_bytes=total(memory).weights_bytes, run_name=run_name(n, score),
             kept_activations=list(self.activations), kept_weights=list(self.weights),
+            weight_bits=dict(self.weight_bits),
         )  # fmt: skip
         LOG.info("tuning trial %d: score %.4f, drop %.4f, %d layers kept float", n, score, rec.drop, len(kept))
         self.records.append(rec)
@@ -106,15 +109,19 @@ class Tuner:
         trial = first
         rec = self.record(1, trial, [])
         while not self.met(rec.drop) and rec.n < self.config.max_trials:
-            tried = {(n, "activation") for n in self.activations} | {(n, "weights") for n in self.weights}
-            chosen = next_quantizers(trial.similarity.report, self.config.layers_per_trial, tried)
-            if not chosen:
-                LOG.info("tuning: no quantizer left to keep float after trial %d", rec.n)
+            tried = {(n, "activation") for n in self.activations}
+            tried |= {(n, "weights") for n in [*self.weights, *self.weight_bits]}
+            change = next_changes(trial.similarity.report, self.config.layers_per_trial, tried)
+            if not change:
+                LOG.info("tuning: no quantizer left to change after trial %d", rec.n)
                 break
-            for q in chosen:
-                (self.activations if q.kind == "activation" else self.weights).append(q.name)
-            trial = self.quantize([*self.rules, *keep_float_rules(self.activations, self.weights)])
-            rec = self.record(rec.n + 1, trial, [f"{q.name} ({q.kind})" for q in chosen])
+            self.activations += change.activations
+            self.weights += change.weights
+            self.weight_bits.update(change.weight_bits)
+            trial = self.quantize([*self.rules, *keep_float_rules(self.activations, self.weights)], self.weight_bits)
+            added = [f"{n} (activation)" for n in change.activations] + [f"{n} (weights)" for n in change.weights]
+            added += [f"{n} (weights, {b} bits)" for n, b in change.weight_bits.items()]
+            rec = self.record(rec.n + 1, trial, added)
         return self.finish()
 
     def finish(self) -> tuple[Quantization, TuningResult]:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from model_compression_toolkit.core.config import CoreConfig, DebugConfig, ResourceUtilization, TuningConfig
 from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.numbers import format_bytes
+from model_compression_toolkit.core.resolution import resolve_core_config
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult
 from model_compression_toolkit.errors import ConfigurationError, ModelReadError
 from model_compression_toolkit.observers.call import CallLog, observe_call
@@ -28,15 +30,13 @@ from model_compression_toolkit.ptq.backends import get_backend
 LOG = logging.getLogger("model_compression_toolkit")
 
 
-def resolve_config(core_config: CoreConfig | None, logging_on: bool) -> CoreConfig:
-    """The configuration a call runs with: validated, defaults filled in, the similarity
-    analysis on or off (its default: on when a log folder is set). The user's object is not
-    changed."""
-    if core_config is None:
-        core_config = CoreConfig()
-    if not isinstance(core_config, CoreConfig):
-        raise ConfigurationError(f"core_config must be a mct.core.CoreConfig; got {type(core_config).__name__}")
-    core_config.validate()
+def resolve_config(
+    core_config: CoreConfig | None, logging_on: bool, target_platform_capabilities: object = None
+) -> CoreConfig:
+    """The configuration a call runs with: validated, defaults filled in, the target
+    platform's choices merged in (`core.resolution`), the similarity analysis on or off
+    (its default: on when a log folder is set). The user's object is not changed."""
+    core_config = resolve_core_config(core_config, target_platform_capabilities)
     debug = core_config.debug_config
     analyze = logging_on if debug.analyze_similarity is None else debug.analyze_similarity
     return dataclasses.replace(core_config, debug_config=dataclasses.replace(debug, analyze_similarity=analyze))
@@ -46,10 +46,32 @@ def check_target(target: ResourceUtilization | None) -> ResourceUtilization | No
     if target is not None:
         if not isinstance(target, ResourceUtilization):
             raise ConfigurationError(
-                f"target_resource_utilization must be a mct.core.ResourceUtilization; got {type(target).__name__}"
+                "target_resource_utilization must be a mct.core.ResourceUtilization (the third argument, as in "
+                f"MCT; a mct.core.CoreConfig there is read as core_config); got {type(target).__name__}"
             )
         target.validate()
     return target
+
+
+def mct_arguments(target: object, core_config: object) -> tuple[object, object]:
+    """(target_resource_utilization, core_config) in MCT's order; a `CoreConfig` given third,
+    where this library's first releases took it, is read as the core_config."""
+    if core_config is None and isinstance(target, CoreConfig):
+        return None, target
+    if core_config is None and type(target).__module__.startswith("model_compression_toolkit.core.config"):
+        raise ConfigurationError(  # a QuantizationConfig or DebugConfig where core_config once went
+            f"core_config must be a mct.core.CoreConfig; got {type(target).__name__} (third). Wrap it: "
+            f"mct.core.CoreConfig({_field_of(target)}=...)"
+        )
+    return target, core_config
+
+
+def _field_of(config: object) -> str:
+    """The CoreConfig field an object of ``config``'s type goes in."""
+    for f in dataclasses.fields(CoreConfig):
+        if type(config).__name__ in str(f.type).split(" | "):
+            return f.name
+    return "quantization_config"
 
 
 def check_tuning_config(tuning_config: TuningConfig | None) -> TuningConfig:
@@ -83,15 +105,17 @@ def post_training_quantization(
     core_config: CoreConfig | None,
     framework: str,
     target_resource_utilization: ResourceUtilization | None = None,
+    target_platform_capabilities: object = None,
     run_name: str | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """Quantize ``model`` after training; the body of both public PTQ functions."""
+    target_resource_utilization, core_config = mct_arguments(target_resource_utilization, core_config)
     root = get_log_folder()
-    config = resolve_config(core_config, logging_on=root is not None)
+    config = resolve_config(core_config, root is not None, target_platform_capabilities)
     target = check_target(target_resource_utilization)
     session = Session(model, representative_data_gen, config, get_backend(model, expected=framework), target)
     label = call_label(run_name, config, budget=target is not None)
-    with observe_call(session.model_name, root, label) as call:
+    with session, observe_call(session.model_name, root, label) as call:
         result, info = quantize_in_stages(session, call.observer)
         return result.model, _finish(info, session, call)
 
@@ -103,6 +127,7 @@ def tuned_post_training_quantization(
     tuning_config: TuningConfig | None,
     core_config: CoreConfig | None,
     framework: str,
+    target_platform_capabilities: object = None,
     run_name: str | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """PTQ that keeps the worst layers float until ``evaluate`` drops little enough.
@@ -121,8 +146,22 @@ def tuned_post_training_quantization(
             f"got {type(evaluate).__name__}"
         )
     root = get_log_folder()
-    config = resolve_config(core_config, logging_on=root is not None)
+    config = resolve_config(core_config, root is not None, target_platform_capabilities)
     session = Session(model, representative_data_gen, config, get_backend(model, expected=framework))
+    with session:
+        return _tune(session, model, evaluate, tuning, config, root, call_label(run_name, config, tuned=True))
+
+
+def _tune(
+    session: Session,
+    model: Any,
+    evaluate: Callable[[Any], Any],
+    tuning: TuningConfig,
+    config: CoreConfig,
+    root: Path | None,
+    label: str,
+) -> tuple[Any, QuantizationInfo]:
+    """The tuned call once its session is open: the float score, then the logged trials."""
     session.reference_samples = config.debug_config.similarity_samples  # every trial is compared
     baseline = check_score(evaluate(model), "the float model")
     if tuning.relative and baseline == 0:
@@ -130,12 +169,12 @@ def tuned_post_training_quantization(
             "a relative max_drop is a fraction of the float model's score, which is 0; "
             "use an absolute max_drop (relative=False)"
         )
-    with observe_call(session.model_name, root, call_label(run_name, config, tuned=True)) as call:
+    with observe_call(session.model_name, root, label) as call:
         first, _ = quantize_in_stages(session, call.observer)
         if first.similarity is None:  # the ranking needs it, logged or not
             first.similarity = session.analyze(first.graph, q_model=first.model)
         tuner = Tuner(
-            lambda rules: session.quantize(keep_float=rules, similarity=True), session.initial,
+            lambda rules, bits: session.quantize(keep_float=rules, weight_bits=bits, similarity=True), session.initial,
             config.keep_float_rules, evaluate, tuning, baseline, call.observer,
         )  # fmt: skip
         best, result = tuner.tune(first)
@@ -177,5 +216,5 @@ def analyze_similarity(
     root = get_log_folder()
     config = resolve_config(CoreConfig(debug_config=debug_config or DebugConfig()), logging_on=root is not None)
     session = Session(float_model, representative_data_gen, config, get_backend(float_model, expected=q_graph.framework))
-    with observe_call(session.model_name, root) as call:
+    with session, observe_call(session.model_name, root) as call:
         return compare_in_stage(session, q_graph, call.observer)

@@ -17,7 +17,7 @@ from torch import nn
 
 from model_compression_toolkit.core.backend import Tap
 from model_compression_toolkit.core.graph import Graph
-from model_compression_toolkit.pytorch import builder, ops, reader
+from model_compression_toolkit.pytorch import builder, capture, ops, reader
 
 
 class PytorchBackend:
@@ -30,15 +30,20 @@ class PytorchBackend:
         return type(model).__name__
 
     def input_count(self, model: nn.Module) -> int | None:
-        """Positional parameters of ``forward`` without a default; None if it takes ``*args``."""
+        """The parameters of ``forward``, when all are positional without a default; None
+        when the count can vary (``*args``, defaults: the reader checks the range)."""
         try:
             params = inspect.signature(model.forward).parameters.values()
         except (TypeError, ValueError):
             return None
-        if any(p.kind == p.VAR_POSITIONAL for p in params):
-            return None
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        return sum(1 for p in params if p.kind in positional and p.default is p.empty)
+        if any(p.kind not in positional or p.default is not p.empty for p in params):
+            return None
+        return len(params)
+
+    def input_names(self, model: nn.Module) -> list[str] | None:
+        """``forward``'s parameter names in order: the keys a dict batch may give."""
+        return capture.input_names(model)
 
     def expected_input_shapes(self, model: nn.Module) -> list[tuple | None] | None:
         return None  # a torch module does not declare its input shapes

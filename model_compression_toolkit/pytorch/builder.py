@@ -13,6 +13,7 @@ quantizer, named after its node, after each node whose activation has a grid::
 from __future__ import annotations
 
 import copy
+import hashlib
 import inspect
 import keyword
 import re
@@ -29,9 +30,9 @@ from model_compression_toolkit.core.calibration.quantizers import QuantizedWeigh
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import QuantGrid
 from model_compression_toolkit.errors import GraphValidationError, LayerSelectionError
-from model_compression_toolkit.pytorch import ops
+from model_compression_toolkit.pytorch import aten, functional, ops
 from model_compression_toolkit.pytorch.ops import Ref, map_structure
-from model_compression_toolkit.pytorch.reader import OUTPUTS_META
+from model_compression_toolkit.pytorch.reader import DEVICE_META, OUT_SPEC_META, OUTPUTS_META
 
 BUILT_MARK = "model_compression_toolkit_built"  # key in GraphModule.meta of the models built here
 
@@ -145,8 +146,11 @@ class _Targets:
 
 
 def _identifier(name: str) -> str:
-    """A valid Python name for a placeholder made by the core (``2__in0__local`` -> ``in_2__in0__local``)."""
+    """A valid Python name for a placeholder made by the core (``2__in0__local`` -> ``in_2__in0__local``);
+    a name that had to change gets a short hash of the original, so that ``a\tb`` and ``a_b`` differ."""
     clean = re.sub(r"\W", "_", name)
+    if clean != name:
+        clean += "_" + hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return clean if clean.isidentifier() and not keyword.iskeyword(clean) else f"in_{clean}"
 
 
@@ -157,13 +161,14 @@ def build(
     weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     tap: Tap | None = None,
 ) -> fx.GraphModule:
-    """A model computing ``graph`` (see the module docstring), in eval mode on the CPU.
+    """A model computing ``graph`` (see the module docstring), in eval mode, on the device
+    the model was read on.
 
     ``weights``: quantized weights already computed (node -> weight name -> array).
 
     Returns:
         A GraphModule taking the original inputs. Without ``extra_outputs`` it returns the
-        original output structure; with them, a flat tuple: the graph outputs, then the
+        original output structure (a Hugging Face ``ModelOutput`` too); with them, a flat tuple: the graph outputs, then the
         outputs of the ``extra_outputs`` nodes (after their quantizer when quantized).
         With ``tap``, it returns None, and an `OutputTap` right after each of those nodes
         hands its output to ``tap``: ``conv -> q -> OutputTap("conv")``, the output
@@ -207,15 +212,40 @@ def build(
         result: Any = tuple(outputs) + tuple(values[name] for name in extra_outputs)
     elif template is not None:
         result = map_structure(template, lambda leaf: outputs[leaf.index] if isinstance(leaf, Ref) else leaf)
+        _restore_structure(fx_graph, graph, [values[name] for name in graph.inputs])
     else:
         result = outputs[0] if len(outputs) == 1 else tuple(outputs)
     fx_graph.output(result)
     model = fx.GraphModule(root, fx_graph, class_name=graph.name)
     model.meta[BUILT_MARK] = True
-    model = model.cpu().eval()
+    model = model.to(_device(graph)).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model
+
+
+def _device(graph: Graph) -> Any:
+    """Where the model was read; for a graph the core made of its nodes (the similarity's
+    local models), where those nodes were read."""
+    device = graph.meta.get(DEVICE_META)
+    if device is None:
+        device = next((n.payload["device"] for n in graph.nodes() if n.payload and "device" in n.payload), None)
+    return device or "cpu"
+
+
+def _restore_structure(fx_graph: fx.Graph, graph: Graph, inputs: list[fx.Node]) -> None:
+    """A graph read flat (torch.export) returns its outputs in the model's own structure:
+    ``[logits] -> SequenceClassifierOutput(logits=...)``, with the pytree code generation
+    torch.export itself uses (torch.fx has no public API for it)."""
+    out_spec = graph.meta.get(OUT_SPEC_META)
+    if out_spec is None:
+        return
+    from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
+    from torch.utils import _pytree
+
+    names = [n.target for n in fx_graph.nodes if n.op == "placeholder"]
+    in_spec = _pytree.tree_structure((tuple(range(len(names))), {}))
+    fx_graph._codegen = _PyTreeCodeGen(_PyTreeInfo(names, in_spec, out_spec))
 
 
 def _quantize_output(fx_graph: fx.Graph, node: Node, out: fx.Node, root: dict, targets: _Targets) -> fx.Node:
@@ -301,8 +331,15 @@ def _emit(
         root[target] = torch.tensor(value) if isinstance(value, np.ndarray) else value
     elif op == "call_function":
         target = ops.OUT_OF_PLACE_FUNCTIONS.get(target, target) if _hashable(target) else target
+        target = aten.out_of_place(target)
         if kwargs.get("inplace") is True:
             kwargs["inplace"] = False
+        if payload.get("weights"):
+            args, kwargs = list(args), dict(kwargs)
+            for wname, slot in payload["weights"].items():
+                if wname in node.weights:
+                    value = _weight_attr(fx_graph, node, wname, root, targets, quantized, weights)
+                    functional.put(args, kwargs, slot, value)
     elif op == "call_method":
         target = ops.out_of_place_method(target)
     pool = _is_max_pool_2d(node, root.get(target) if op == "call_module" else target, args, kwargs)
@@ -310,6 +347,24 @@ def _emit(
         args = [fx_graph.call_method("contiguous", (args[0],), {"memory_format": torch.channels_last}), *args[1:]]
     out = fx_graph.create_node(op, target, tuple(args), kwargs, name=node.name.replace(".", "_"))
     return fx_graph.call_method("contiguous", (out,)) if pool else out
+
+
+def _weight_attr(
+    fx_graph: fx.Graph,
+    node: Node,
+    wname: str,
+    root: dict,
+    targets: _Targets,
+    quantized: bool,
+    weights: Mapping[str, Mapping[str, np.ndarray]] | None,
+) -> fx.Node:
+    """A functional layer's weight as a parameter of the built model: ``fc.weight`` for the
+    kernel of ``F.linear`` node ``fc`` (`pytorch.functional`)."""
+    torch_name = ops.WEIGHT_NAMES.get(node.kind, {}).get(wname, wname)
+    target = targets.claim(f"{node.name}.{torch_name}")
+    tensor = _tensor(np.asarray(node_weight(node, wname, quantized, weights)))
+    root[target] = nn.Parameter(tensor, requires_grad=False)
+    return fx_graph.get_attr(target)
 
 
 _MAX_POOL_2D_FUNCTIONS = (F.max_pool2d, torch.max_pool2d)

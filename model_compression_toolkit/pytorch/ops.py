@@ -68,6 +68,7 @@ MODULE_KINDS: dict[type, Entry] = {
     nn.ZeroPad1d: (OpKind.PAD, None),
     nn.ZeroPad2d: (OpKind.PAD, None),
     nn.Upsample: (OpKind.RESIZE, None),
+    nn.Embedding: (OpKind.EMBEDDING, None),
 }
 
 _ACTIVATION_FUNCTIONS: dict[Any, str] = {
@@ -77,6 +78,19 @@ _ACTIVATION_FUNCTIONS: dict[Any, str] = {
     **{fn: fn.__name__ for fn in (F.relu6, F.leaky_relu, F.silu, F.gelu, F.hardswish, F.hardsigmoid)},
     **{fn: fn.__name__ for fn in (F.elu, F.mish, F.softplus, F.hardtanh)},
 }
+
+# Ops that only move, select or repeat values of their input (or add zeros): the output
+# keeps the input's grid, so they pass quantization through.
+_MOVING_FUNCTIONS = (torch.flatten, torch.reshape, torch.permute, torch.transpose, torch.squeeze)
+_MOVING_FUNCTIONS += (torch.unsqueeze, operator.getitem, torch.chunk, torch.split, torch.unbind, torch.narrow)
+_MOVING_FUNCTIONS += (torch.swapaxes, torch.swapdims, torch.movedim, torch.moveaxis, torch.flip, torch.roll)
+_MOVING_FUNCTIONS += (torch.select, torch.t, torch.tile, torch.repeat_interleave, torch.gather)
+_MOVING_FUNCTIONS += (torch.index_select, torch.take_along_dim)
+_MOVING_METHODS = ("flatten", "view", "reshape", "permute", "transpose", "contiguous", "squeeze", "unsqueeze")
+_MOVING_METHODS += ("expand", "expand_as", "chunk", "split", "unbind", "reshape_as", "view_as", "swapaxes")
+_MOVING_METHODS += ("swapdims", "movedim", "moveaxis", "narrow", "select", "flip", "roll", "repeat", "tile")
+_MOVING_METHODS += ("repeat_interleave", "t", "unflatten", "gather", "index_select", "__getitem__")
+_MOVING_METHODS += ("to", "type", "type_as", "float")  # casts: float to float here (to integers: SHAPE)
 
 FUNCTION_KINDS: dict[Any, Entry] = {
     **{fn: (OpKind.ACTIVATION, name) for fn, name in _ACTIVATION_FUNCTIONS.items()},
@@ -89,39 +103,44 @@ FUNCTION_KINDS: dict[Any, Entry] = {
     },
     F.dropout: (OpKind.DROPOUT, None),
     F.interpolate: (OpKind.RESIZE, None),
-    **{
-        fn: (OpKind.RESHAPE, None)
-        for fn in (torch.flatten, torch.reshape, torch.permute, torch.transpose, torch.squeeze)
-        + (torch.unsqueeze, operator.getitem)
-    },
+    F.pad: (OpKind.PAD, None),
+    **{fn: (OpKind.RESHAPE, None) for fn in _MOVING_FUNCTIONS},
     **{fn: (OpKind.ADD, None) for fn in (operator.add, torch.add)},
     **{fn: (OpKind.SUB, None) for fn in (operator.sub, torch.sub, torch.subtract)},
     **{fn: (OpKind.MUL, None) for fn in (operator.mul, torch.mul, torch.multiply)},
-    **{fn: (OpKind.CONCAT, None) for fn in (torch.cat, torch.concat, torch.concatenate)},
+    **{fn: (OpKind.ELEMENTWISE, None) for fn in (operator.truediv, torch.div, torch.true_divide, operator.neg)},
+    **{fn: (OpKind.ELEMENTWISE, None) for fn in (torch.neg, torch.sqrt, torch.rsqrt, torch.exp, torch.pow)},
+    **{fn: (OpKind.CONCAT, None) for fn in (torch.cat, torch.concat, torch.concatenate, torch.stack)},
     **{fn: (OpKind.ELEMENTWISE, None) for fn in (torch.maximum, torch.minimum)},
+    **{fn: (OpKind.MATMUL, None) for fn in (torch.matmul, operator.matmul, torch.bmm, torch.einsum)},
+    F.scaled_dot_product_attention: (OpKind.ATTENTION, None),
+    F.embedding: (OpKind.EMBEDDING, None),
     torch.mean: (OpKind.MEAN, None),
+    # functional forms of weighted layers (their weights: `pytorch.functional`)
+    F.linear: (OpKind.DENSE, None),
+    torch.addmm: (OpKind.DENSE, None),
+    **{fn: (OpKind.CONV, None) for fn in (F.conv1d, F.conv2d, F.conv3d)},
+    F.layer_norm: (OpKind.LAYER_NORM, None),
+    F.batch_norm: (OpKind.BATCH_NORM, None),
+}
+
+# Functions found by where they are defined, for libraries this package does not import:
+# stochastic depth is the identity in eval mode (torchvision marks it a leaf for torch.fx).
+NAMED_FUNCTION_KINDS: dict[tuple[str, str], Entry] = {
+    ("torchvision.ops.stochastic_depth", "stochastic_depth"): (OpKind.DROPOUT, None),
+    ("timm.layers.drop", "drop_path"): (OpKind.DROPOUT, None),
 }
 
 METHOD_KINDS: dict[str, Entry] = {
     **{name: (OpKind.ACTIVATION, name) for name in ("relu", "sigmoid", "tanh")},
     "softmax": (OpKind.SOFTMAX, None),
-    **{
-        name: (OpKind.RESHAPE, None)
-        for name in (
-            "flatten",
-            "view",
-            "reshape",
-            "permute",
-            "transpose",
-            "contiguous",
-            "squeeze",
-            "unsqueeze",
-        )
-    },
+    **{name: (OpKind.RESHAPE, None) for name in _MOVING_METHODS},
     **{name: (OpKind.IDENTITY, None) for name in ("clone", "detach")},
     "add": (OpKind.ADD, None),
     "sub": (OpKind.SUB, None),
     "mul": (OpKind.MUL, None),
+    **{name: (OpKind.ELEMENTWISE, None) for name in ("div", "neg", "sqrt", "rsqrt", "exp", "pow")},
+    **{name: (OpKind.MATMUL, None) for name in ("matmul", "bmm")},
     "mean": (OpKind.MEAN, None),
     "size": (OpKind.SHAPE, None),
     "dim": (OpKind.SHAPE, None),
@@ -144,10 +163,18 @@ def module_entry(module: nn.Module) -> Entry:
 
 
 def function_entry(target: Any) -> Entry:
+    """The entry of a function fx calls: a torch function, an ATen operator (the graphs
+    torch.export gives, `pytorch.aten`), or a library function known by name."""
+    from model_compression_toolkit.pytorch.aten import ATEN_KINDS
+
     try:
-        return FUNCTION_KINDS.get(target, (OpKind.UNKNOWN, None))
+        entry = FUNCTION_KINDS.get(target) or ATEN_KINDS.get(target)
     except TypeError:  # an unhashable callable
         return OpKind.UNKNOWN, None
+    if entry is None:
+        key = (getattr(target, "__module__", None) or "", getattr(target, "__qualname__", None) or "")
+        entry = NAMED_FUNCTION_KINDS.get(key, (OpKind.UNKNOWN, None))
+    return entry
 
 
 def method_entry(name: str) -> Entry:

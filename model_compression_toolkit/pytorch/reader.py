@@ -1,6 +1,17 @@
-"""Read a ``torch.nn.Module`` into the neutral `Graph` with torch.fx.
+"""Read a ``torch.nn.Module`` into the neutral `Graph`.
 
-``user model -> deepcopy().eval() -> fx.symbolic_trace -> run on the sample (shapes) -> Graph``
+``user model -> private copy -> capture (torch.fx, else transformers' tracer, else
+torch.export: `pytorch.capture`) -> run on the sample (shapes, dtypes) -> Graph``
+
+A batch given as a dict of keyword inputs (``{"input_ids": ..., "attention_mask": ...}``)
+reaches the reader as a list whose ``names`` attribute holds the keywords
+(`core.data.NamedBatch`); a plain list gives ``forward``'s arguments in order.
+
+The private copy is float32 (a float16, bfloat16 or float64 model is read, calibrated and
+quantized in float32, and a warning says so) and has none of the user's hooks: the
+quantized model cannot call them, so a forward hook or pre-hook that changes the model's
+output on the sample is refused by name (`ModelReadError`), and one that only observes is
+named in a warning. A model on the ``meta`` device has no weights to read and is refused.
 
 A ``forward`` argument the representative data does not give, whose default is None, a
 bool or a string (``mask=None``, ``return_features=False``, ``mode="eval"``), is traced
@@ -15,9 +26,7 @@ builder needs to call the same thing again, with each input replaced by a `Ref`.
 
 from __future__ import annotations
 
-import copy
 import inspect
-import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,34 +37,47 @@ from torch import fx, nn
 from model_compression_toolkit.core.backend import unsupported_warnings
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError
-from model_compression_toolkit.pytorch import ops
+from model_compression_toolkit.pytorch import capture, functional, ops
+from model_compression_toolkit.pytorch.masks import no_activation
+from model_compression_toolkit.pytorch.model_checks import check_not_meta
 from model_compression_toolkit.pytorch.ops import Ref, as_tensor, map_structure
 
 OUTPUTS_META = "pytorch_outputs"
-_HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called") + (
-    "_forward_pre_hooks",
-    "_forward_pre_hooks_with_kwargs",
-    "_backward_hooks",
-    "_backward_pre_hooks",
-)
+OUT_SPEC_META = "pytorch_out_spec"  # the output's pytree structure (torch.export), or None
+CAPTURE_META = "pytorch_capture"  # the path that captured the model ("torch.fx", "torch.export")
+DEVICE_META = "pytorch_device"  # the device of the model's weights: built models go there
 
 
 def read(model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, list[str]]:
     """Read ``model`` into a Graph; the user's model is left as it was.
 
     Returns:
-        The validated graph and one warning per op kept in float because it is unknown.
+        The validated graph and the warnings: one per op type kept in float because it is
+        unknown, and one per argument or setting the model was read with.
     """
     if not isinstance(model, nn.Module):
         raise ModelReadError(f"expected a torch.nn.Module; got {type(model).__name__}")
-    fixed = _fixed_defaults(model, len(sample_inputs))
-    gm = _trace(_private_copy(model), fixed)
-    shapes, dtypes = _propagate(gm, sample_inputs, type(model).__name__)
-    graph = _to_graph(gm, shapes, dtypes, type(model).__name__)
+    check_not_meta(model)
+    names = _given_names(model, sample_inputs)
+    work, copy_notes = capture.private_copy(model, sample_inputs)  # float32, without hooks
+    device = _device(work)
+    tensors = [as_tensor(x, device) for x in sample_inputs]
+    notes = copy_notes + capture.without_cache(work, tensors, names)
+    captured = capture.capture(work, tensors, names)
+    gm = captured.gm
+    shapes, dtypes, floating = _propagate(gm, sample_inputs, type(model).__name__)
+    graph = _to_graph(gm, shapes, dtypes, floating, type(model).__name__)
+    graph.meta[OUT_SPEC_META] = captured.out_spec
+    graph.meta[CAPTURE_META] = captured.path
+    graph.meta[DEVICE_META] = device
+    for node in graph.nodes():  # graphs the core makes of some of these nodes are built there too
+        node.payload["device"] = device
+    no_activation(graph)
     graph.validate()
-    warnings = unsupported_warnings(graph)
-    if fixed:
+    warnings = unsupported_warnings(graph) + notes
+    if captured.fixed:
         given = ", ".join(graph.inputs)
+        fixed = captured.fixed
         warnings.append(
             f"{type(model).__name__}.forward was read with "
             f"{', '.join(f'{name}={default!r}' for _, name, default in fixed)}: the representative data does not "
@@ -66,97 +88,59 @@ def read(model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, 
     return graph, warnings
 
 
-def _fixed_defaults(model: nn.Module, given: int) -> list[tuple[int, str, Any]]:
-    """(position in the signature, name, default) of each ``forward`` argument after the
-    ``given`` ones whose default is None, a bool or a string: the values tracing
-    specializes the model to."""
+def _device(model: nn.Module) -> torch.device:
+    return next((t.device for t in (*model.parameters(), *model.buffers())), torch.device("cpu"))
+
+
+def _given_names(model: nn.Module, sample: Sequence[np.ndarray]) -> list[str]:
+    """The names of the inputs a batch gives: its keywords, or the first arguments of
+    ``forward`` in order. A keyword ``forward`` does not take is an InputMismatchError."""
+    params = capture.input_names(model)
+    names = getattr(sample, "names", None)
+    if names is None:
+        if params is None or len(params) < len(sample):  # forward(*args): names of our own
+            return [f"input_{i}" for i in range(len(sample))]
+        return params[: len(sample)]
+    # keys must name forward's parameters; any key only for a forward(**inputs) with none named
+    # (a Hugging Face forward also takes **kwargs, where a misspelt key would vanish)
+    takes_any = _takes_var_keyword(model) and not params
+    unknown = [n for n in names if params is not None and n not in params and not takes_any]
+    if unknown:
+        raise InputMismatchError(
+            f"expected keyword inputs that {type(model).__name__}.forward takes ({', '.join(params or [])}); "
+            f"got {unknown} in the batches from representative_data_gen. Use forward's argument names as keys."
+        )
+    return list(names)
+
+
+def _takes_var_keyword(model: nn.Module) -> bool:
     try:
-        params = list(inspect.signature(model.forward).parameters.values())
-    except (TypeError, ValueError):  # no signature to read: trace every argument
-        return []
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    if any(p.kind not in kinds for p in params):  # *args, **kwargs: leave it to the tracer
-        return []
-    return [
-        (i, p.name, p.default)
-        for i, p in enumerate(params)
-        if i >= given and (p.default is None or isinstance(p.default, (bool, str)))
-    ]
-
-
-def _private_copy(model: nn.Module) -> nn.Module:
-    """A copy in eval mode without the user's hooks, so running it never calls them."""
-    try:
-        work = copy.deepcopy(model).eval()
-    except Exception as e:
-        raise ModelReadError(
-            f"expected a model that copy.deepcopy can copy; deepcopy of {type(model).__name__} failed "
-            f"with {type(e).__name__}: {e}. Make its attributes copyable (no open files or locks)."
-        ) from e
-    for module in work.modules():
-        for attr in _HOOK_DICTS:  # no public API removes hooks one does not hold handles of
-            hooks = getattr(module, attr, None)
-            if isinstance(hooks, dict):
-                hooks.clear()
-    return work
-
-
-def _trace(model: nn.Module, fixed: list[tuple[int, str, Any]]) -> fx.GraphModule:
-    """``model`` traced, the ``fixed`` arguments (`_fixed_defaults`) as their defaults."""
-    try:
-        gm = fx.symbolic_trace(model, concrete_args={name: default for _, name, default in fixed} or None)
-    except Exception as e:
-        raise ModelReadError(
-            f"torch.fx could not trace {type(model).__name__}: {type(e).__name__}: {e}. Expected a "
-            "forward whose control flow does not depend on tensor values: make it static, or wrap "
-            "that part in a leaf module (a torch.fx.Tracer with is_leaf_module)."
-        ) from e
-    if fixed:
-        _drop_specialization_checks(gm, [position for position, _, _ in fixed])
-    return gm
-
-
-def _drop_specialization_checks(gm: fx.GraphModule, fixed: list[int]) -> None:
-    """Remove what tracing with ``concrete_args`` adds: a check that each fixed argument
-    still has its value, and the placeholders of the fixed arguments (positions ``fixed``
-    in ``forward``'s signature), which nothing else uses."""
-    graph = gm.graph
-    for node in reversed(list(graph.nodes)):
-        if node.op == "call_function" and _is_specialization_check(node):
-            inputs = node.all_input_nodes
-            graph.erase_node(node)
-            for x in inputs:  # the ``arg == value`` a bool or string check compares
-                if not x.users and x.op == "call_function" and x.target is operator.eq:
-                    graph.erase_node(x)
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    for i in fixed:
-        if i < len(placeholders) and not placeholders[i].users:
-            graph.erase_node(placeholders[i])
-    graph.lint()
-    gm.recompile()
-
-
-def _is_specialization_check(node: fx.Node) -> bool:
-    check = node.target is torch._assert or getattr(node.target, "__name__", "") == "_assert_is_none"
-    return check and any(isinstance(a, str) and "has been specialized" in a for a in node.args)
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind == p.VAR_KEYWORD for p in params)
 
 
 class _Shapes(fx.Interpreter):
     """Runs the traced model on a sample node by node, recording the shapes of the tensors
-    each node returns and each input's dtype, and the node it is running, to say where
-    the model failed. (torch.fx's ShapeProp records the same, but its first run imports
-    the symbolic-shapes machinery and sympy: half a second of every first PTQ call.)"""
+    each node returns, whether any of them is floating-point, each input's dtype, and the
+    node it is running, to say where the model failed. (torch.fx's ShapeProp records the
+    same, but its first run imports the symbolic-shapes machinery and sympy: half a second
+    of every first PTQ call.)"""
 
     def __init__(self, gm: fx.GraphModule) -> None:
         super().__init__(gm)
         self.current: fx.Node | None = None
         self.shapes: dict[str, list[tuple]] = {}
+        self.floating: dict[str, bool] = {}
         self.dtypes: dict[str, str] = {}
 
     def run_node(self, n: fx.Node) -> Any:
         self.current = n
         result = super().run_node(n)
-        self.shapes[n.name] = _tensor_shapes(result)
+        tensors = _tensors(result)
+        self.shapes[n.name] = [tuple(int(d) for d in t.shape) for t in tensors]
+        self.floating[n.name] = any(t.is_floating_point() for t in tensors)
         if n.op == "placeholder":  # "non-tensor" for an argument such as forward(x, k=2)
             tensor = isinstance(result, torch.Tensor)
             self.dtypes[n.name] = str(result.dtype).removeprefix("torch.") if tensor else "non-tensor"
@@ -178,21 +162,21 @@ def _run_shapes(gm: fx.GraphModule, inputs: list[torch.Tensor]) -> _Shapes:
     return run
 
 
-def _tensor_shapes(value: Any) -> list[tuple]:
+def _tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
-        return [tuple(int(d) for d in value.shape)]
+        return [value]
     if isinstance(value, (tuple, list)):
-        return [s for v in value for s in _tensor_shapes(v)]
+        return [t for v in value for t in _tensors(v)]
     if isinstance(value, dict):
-        return [s for v in value.values() for s in _tensor_shapes(v)]
+        return [t for v in value.values() for t in _tensors(v)]
     return []
 
 
 def _propagate(
     gm: fx.GraphModule, sample: Sequence[Any], model_name: str
-) -> tuple[dict[str, list[tuple]], dict[str, str]]:
-    """Shapes on the sample, with None on the dims that change with the batch size, and
-    the inputs' dtypes."""
+) -> tuple[dict[str, list[tuple]], dict[str, str], dict[str, bool]]:
+    """Shapes on the sample, with None on the dims that change with the batch size, the
+    inputs' dtypes, and whether each node's output holds a floating-point tensor."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     required = [n for n in placeholders if not n.args]
     given = [tuple(np.shape(x)) for x in sample]
@@ -208,23 +192,46 @@ def _propagate(
     try:
         real = _run_shapes(gm, inputs)
     except RuntimeError as e:
+        _check_dtypes(gm, inputs, placeholders, model_name, e)
         raise InputMismatchError(
             f"expected inputs that {expected} can run on; got inputs of shapes {given}, on which "
             f"torch failed with {e}. Check the shapes the representative data yields."
         ) from e
     batch = next((t.shape[0] for t in inputs if t.dim() > 0), None)
     if batch is None:
-        return real.shapes, real.dtypes
+        return real.shapes, real.dtypes, real.floating
     alt_inputs = [
         (t[:1] if batch > 1 else torch.cat([t, t])) if t.dim() > 0 and t.shape[0] == batch else t
         for t in inputs
     ]
     try:
         alt = _run_shapes(gm, alt_inputs).shapes
-    except RuntimeError:  # a model fixed to one batch size: assume dim 0 is the batch
+    except RuntimeError:  # a model fixed to one batch size (or a captured graph): dim 0 is the batch
         alt = None
     shapes = {name: _batch_none(shapes, alt and alt.get(name), batch) for name, shapes in real.shapes.items()}
-    return shapes, real.dtypes
+    return shapes, real.dtypes, real.floating
+
+
+def _check_dtypes(
+    gm: fx.GraphModule, inputs: list[torch.Tensor], placeholders: list[fx.Node], model_name: str, error: Exception
+) -> None:
+    """Raise the InputMismatchError that names the dtype when integer or bool inputs are why
+    the model failed: it runs once they are float32."""
+    exact = [i for i, t in enumerate(inputs) if not (t.is_floating_point() or t.is_complex())]
+    if not exact:
+        return
+    try:
+        _run_shapes(gm, [t.float() if i in exact else t for i, t in enumerate(inputs)])
+    except RuntimeError:
+        return  # not (only) the dtype: the shapes message says what torch said
+    held = "; ".join(
+        f"input {placeholders[i].name!r} holds {str(inputs[i].dtype).removeprefix('torch.')} values" for i in exact
+    )
+    raise InputMismatchError(
+        f"expected float inputs where {model_name} computes in float; {held}, on which torch failed with "
+        f"{error}, and the model runs once they are float32. Yield float arrays from the representative "
+        "data: x.astype(np.float32) (a tensor: x.float())."
+    ) from error
 
 
 def _batch_none(shapes: list[tuple], alt: list[tuple] | None, batch: int) -> list[tuple]:
@@ -236,8 +243,21 @@ def _batch_none(shapes: list[tuple], alt: list[tuple] | None, batch: int) -> lis
     ]
 
 
+def _weight_owner(n: fx.Node) -> str | None:
+    """The module path of a functional layer's weights (``F.linear(x, fc.weight)`` -> ``fc``)."""
+    found = functional.slots(n.target) if n.op == "call_function" else None
+    if found is None:
+        return None
+    first = next(iter(found.weights.values()))
+    weight = functional.argument(n.args, n.kwargs, first)
+    if isinstance(weight, fx.Node) and weight.op == "get_attr":
+        return weight.target.rpartition(".")[0] or None
+    return None
+
+
 def _node_names(gm: fx.GraphModule) -> dict[str, str]:
-    """fx node name -> graph node name: inputs keep theirs, a module's first call its path."""
+    """fx node name -> graph node name: inputs keep theirs, a module's first call its path,
+    a functional layer the path of the module owning its weights."""
     names: dict[str, str] = {}
     nodes = [n for n in gm.graph.nodes if n.op != "output"]
     for n in nodes:
@@ -245,9 +265,10 @@ def _node_names(gm: fx.GraphModule) -> dict[str, str]:
             names[n.name] = n.name
     used = set(names.values())
     for n in nodes:
-        if n.op == "call_module" and n.target not in used:
-            names[n.name] = n.target
-            used.add(n.target)
+        wanted = n.target if n.op == "call_module" else _weight_owner(n)
+        if wanted and wanted not in used:
+            names[n.name] = wanted
+            used.add(wanted)
     for n in nodes:
         if n.name not in names:
             name, k = n.name, 1
@@ -258,12 +279,48 @@ def _node_names(gm: fx.GraphModule) -> dict[str, str]:
     return names
 
 
-def _to_graph(gm: fx.GraphModule, shapes: dict[str, list[tuple]], dtypes: dict[str, str], name: str) -> Graph:
+def _absorbed(gm: fx.GraphModule) -> dict[fx.Node, dict[str, torch.Tensor]]:
+    """Functional layer -> {weight name: tensor} for each weight it reads from a ``get_attr``
+    (`pytorch.functional`); a batch norm only in eval form (``training`` False)."""
+    found: dict[fx.Node, dict[str, torch.Tensor]] = {}
+    for n in gm.graph.nodes:
+        slots = functional.slots(n.target) if n.op == "call_function" else None
+        if slots is None or (slots.training and functional.argument(n.args, n.kwargs, slots.training, False)):
+            continue
+        if any(functional.argument(n.args, n.kwargs, slot, 1) != 1 for slot in slots.scalars):
+            continue  # addmm(bias, x, w, beta=0.5): not a plain linear layer
+        weights = {}
+        for wname, slot in slots.weights.items():
+            arg = functional.argument(n.args, n.kwargs, slot)
+            value = _attr(gm, arg.target) if isinstance(arg, fx.Node) and arg.op == "get_attr" else None
+            if isinstance(value, torch.Tensor):
+                weights[wname] = value
+            elif arg is not None:  # a weight computed in the forward pass: leave the call as it is
+                weights = {}
+                break
+        required = slots.weights.keys() & {"kernel", "mean", "variance"}
+        if weights and required <= weights.keys():
+            found[n] = weights
+    return found
+
+
+def _attr(gm: fx.GraphModule, target: str) -> Any:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _to_graph(
+    gm: fx.GraphModule, shapes: dict[str, list[tuple]], dtypes: dict[str, str], floating: dict[str, bool], name: str
+) -> Graph:
     graph = Graph(name, "pytorch")
     names = _node_names(gm)
     modules = dict(gm.named_modules())
+    absorbed = _absorbed(gm)
     for n in gm.graph.nodes:
         inputs: list[fx.Node] = []
+        slot_of = _weight_slots(n, absorbed.get(n))
 
         def to_ref(leaf: Any, inputs: list[fx.Node] = inputs) -> Any:
             if isinstance(leaf, fx.Node):
@@ -271,17 +328,24 @@ def _to_graph(gm: fx.GraphModule, shapes: dict[str, list[tuple]], dtypes: dict[s
                 return Ref(len(inputs) - 1)
             return leaf
 
-        args, kwargs = map_structure((tuple(n.args), dict(n.kwargs)), to_ref)
+        if slot_of:
+            args, kwargs = _template(n, slot_of, to_ref)
+        else:
+            args, kwargs = map_structure((tuple(n.args), dict(n.kwargs)), to_ref)
         if n.op == "output":
             graph.meta[OUTPUTS_META] = args[0]
             graph.outputs = [(names[x.name], 0) for x in inputs]
             continue
+        if n.op == "get_attr" and n.users and all(u in absorbed for u in n.users):
+            continue  # every user took it as its own weight
         node = _make_node(n, names[n.name], args, kwargs, modules, gm)
+        if n in absorbed:
+            _absorb(node, n, absorbed[n])
         node.output_shapes = shapes.get(n.name) or [()]
         if node.kind == OpKind.CONSTANT:
             node.output_shapes = [tuple(node.weights["value"].shape)]
-        elif n.op != "placeholder" and not shapes.get(n.name):
-            node.kind = OpKind.SHAPE  # x.size(0), x.shape: not a tensor
+        elif n.op != "placeholder" and (not shapes.get(n.name) or not floating.get(n.name, True)):
+            node.kind = OpKind.SHAPE  # x.size(0), x.shape: not a tensor; ids, masks: not floating-point
         node.input_shapes = [_first_shape(graph.node(names[x.name])) for x in inputs]
         tensor = len(node.output_shapes) == 1 and len(shapes.get(n.name) or []) == 1
         if node.kind in (OpKind.DENSE, OpKind.LAYER_NORM) and tensor:
@@ -294,7 +358,74 @@ def _to_graph(gm: fx.GraphModule, shapes: dict[str, list[tuple]], dtypes: dict[s
         if n.op == "placeholder":
             node.attrs["dtype"] = dtypes.get(n.name, "non-tensor")
             graph.inputs.append(node.name)
+    _last_axis_channels(graph)
     return graph
+
+
+# Ops whose output keeps its first input's layout, hence its channel axis.
+_SAME_LAYOUT = frozenset(
+    {OpKind.ACTIVATION, OpKind.SOFTMAX, OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.ELEMENTWISE}
+    | {OpKind.DROPOUT, OpKind.IDENTITY}
+)
+_LAST_AXIS = frozenset({OpKind.DENSE, OpKind.LAYER_NORM})  # read their channels on the last axis
+
+
+def _last_axis_channels(graph: Graph) -> None:
+    """Channels on the last axis where a Linear or LayerNorm says so, beyond the layer itself.
+
+    ``(N, L, F) -> Linear -> GELU -> Linear``: the GELU's output and the input of each
+    Linear have their channels (features) last, not on axis 1 (the sequence, whose length
+    may change from batch to batch). An input read only by such layers, and an op that
+    keeps its first input's layout, take channel axis -1; everything else keeps axis 1.
+    """
+    for node in graph.nodes():  # insertion order is the fx order: producers first
+        shape = node.output_shapes[0] if len(node.output_shapes) == 1 else ()
+        if node.channel_axis != 1 or len(shape) < 3:
+            continue
+        if node.kind == OpKind.INPUT:
+            edges = graph.out_edges(node.name)
+            if edges and all(graph.node(e.dst).kind in _LAST_AXIS and e.dst_index == 0 for e in edges):
+                node.channel_axis = -1
+        elif node.kind in _SAME_LAYOUT:
+            first = [e for e in graph.in_edges(node.name) if e.dst_index == 0]
+            src = graph.node(first[0].src) if first else None
+            if src is not None and src.channel_axis == -1 and len(src.output_shapes[0]) == len(shape):
+                node.channel_axis = -1
+
+
+def _weight_slots(n: fx.Node, weights: dict[str, torch.Tensor] | None) -> dict[str, tuple[int, str]]:
+    if not weights:
+        return {}
+    return dict(functional.slots(n.target).weights)
+
+
+def _template(n: fx.Node, slot_of: dict[str, tuple[int, str]], to_ref: Any) -> tuple[tuple, dict]:
+    """The args template of a functional layer: None in each weight slot (the builder fills
+    the slots from the node's weights, which folding may have added to)."""
+    args, kwargs = list(n.args), dict(n.kwargs)
+    for slot in slot_of.values():
+        if functional.argument(args, kwargs, slot) is not None or slot[0] < len(args):
+            functional.put(args, kwargs, slot, None)
+    args, kwargs = map_structure((tuple(args), kwargs), to_ref)
+    return args, kwargs
+
+
+def _absorb(node: Node, n: fx.Node, weights: dict[str, torch.Tensor]) -> None:
+    """Give a functional layer its weights, axes and attributes, as `_module_node` does."""
+    slots = functional.slots(n.target)
+    node.weights = {wname: _np(t) for wname, t in weights.items()}
+    node.payload["weights"] = dict(slots.weights)
+    if "kernel" in node.weights:
+        out_axes, in_axis = slots.kernel_axes
+        node.kernel_axes, node.kernel_in_axis = {"kernel": out_axes}, {"kernel": in_axis}
+    if slots.epsilon is not None:
+        node.attrs["epsilon"] = float(functional.argument(n.args, n.kwargs, slots.epsilon, 1e-5))
+    if slots.groups is not None:
+        node.attrs["groups"] = int(functional.argument(n.args, n.kwargs, slots.groups, 1))
+    if node.kind == OpKind.BATCH_NORM:
+        channels = node.weights["mean"].size
+        node.weights.setdefault("gamma", np.ones(channels, np.float32))
+        node.weights.setdefault("beta", np.zeros(channels, np.float32))
 
 
 def _first_shape(node: Node) -> tuple:
@@ -308,9 +439,7 @@ def _make_node(
     if n.op == "placeholder":
         return Node(name, OpKind.INPUT, "input", payload=payload)
     if n.op == "get_attr":
-        value = gm
-        for part in n.target.split("."):
-            value = getattr(value, part)
+        value = _attr(gm, n.target)
         if isinstance(value, torch.Tensor):
             return Node(name, OpKind.CONSTANT, "get_attr", weights={"value": _np(value)}, payload=payload)
         payload["value"] = value

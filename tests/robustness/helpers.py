@@ -78,3 +78,34 @@ def worker_result(proc: subprocess.Popen, timeout: float) -> dict:
         raise AssertionError(f"worker timed out after {timeout} s:\n{err[-3000:]}") from None
     assert proc.returncode == 0, f"worker failed ({proc.returncode}):\n{err[-3000:]}"
     return json.loads(out.strip().splitlines()[-1])
+
+
+def small_mlp(fw: Any, name: str = "mlp", bias1: float = 0.0) -> Any:
+    """``fc1 -> relu -> fc2`` (6 -> 8 -> 3) named ``name`` (the PyTorch class or the Keras
+    model), with weights drawn from a fixed seed; ``bias1`` shifts fc1's outputs."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    w1, w2 = rng.standard_normal((6, 8)).astype(np.float32), rng.standard_normal((8, 3)).astype(np.float32)
+    b1, b2 = np.full(8, bias1, np.float32), np.full(3, 0.5, np.float32)
+    if fw.name == "pytorch":
+        from collections import OrderedDict
+
+        import torch
+        from torch import nn
+
+        cls = type(name, (nn.Sequential,), {})
+        model = cls(OrderedDict(fc1=nn.Linear(6, 8), relu=nn.ReLU(), fc2=nn.Linear(8, 3))).eval()
+        with torch.no_grad():
+            for layer, w, b in ((model.fc1, w1, b1), (model.fc2, w2, b2)):
+                layer.weight.copy_(torch.from_numpy(w.T.copy()))
+                layer.bias.copy_(torch.from_numpy(b))
+        return model
+    import keras
+
+    inputs = keras.Input((6,), name="x")
+    h = keras.layers.ReLU(name="relu")(keras.layers.Dense(8, name="fc1")(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(3, name="fc2")(h), name=name)
+    model.get_layer("fc1").set_weights([w1, b1])
+    model.get_layer("fc2").set_weights([w2, b2])
+    return model

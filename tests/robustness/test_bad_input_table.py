@@ -97,7 +97,12 @@ DATA_CASES: list[tuple[str, Callable[[Any, np.ndarray], Any], type, str]] = [
     ("gen_returns_none", lambda fw, b: lambda: None, RepresentativeDataError, r"iterable.*'NoneType' object"),
     ("generator_that_never_yields", lambda fw, b: _never_yields, RepresentativeDataError, "yielded no batches"),
     ("gen_returns_empty_tuple", lambda fw, b: lambda: (), RepresentativeDataError, "yielded no batches"),
-    ("batch_is_a_dict", lambda fw, b: lambda: [{"x": b}], RepresentativeDataError, r"list or tuple.*batch 0 is a dict"),
+    (  # a dict gives keyword inputs (issue 24): its keys must be the model's input names
+        "batch_is_a_dict_of_unknown_names",
+        lambda fw, b: lambda: [{"no_such_input": b}],
+        InputMismatchError,
+        r"expected keyword inputs that .* takes \(.*\); got \['no_such_input'\]",
+    ),
     (
         "batch_is_a_bare_tensor",
         lambda fw, b: lambda: [_tensor(fw, b)],

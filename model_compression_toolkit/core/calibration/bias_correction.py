@@ -151,7 +151,16 @@ def _in_channels(node: Node) -> int:
 
 
 def _input_mean(graph: Graph, node: Node, stats: Mapping[str, NodeStatistics]) -> np.ndarray | None:
-    """The mean per input channel of ``node``'s data input, if statistics give it.
+    """The mean per input channel of ``node``'s data input, if statistics give it (see
+    `input_channel_stat`)."""
+    return input_channel_stat(graph, node, stats, "mean_per_channel", "mean_per_feature")
+
+
+def input_channel_stat(
+    graph: Graph, node: Node, stats: Mapping[str, NodeStatistics], per_channel: str, per_feature: str
+) -> np.ndarray | None:
+    """A statistic per input channel of ``node``'s data input (the ``per_channel`` field
+    of the feeding node's statistics, or its ``per_feature`` one), if statistics give it.
 
     The statistics of the node feeding it, along that node's channel axis (of each feature,
     for a (batch, features) input), serve when that axis is the one the layer reads
@@ -170,9 +179,11 @@ def _input_mean(graph: Graph, node: Node, stats: Mapping[str, NodeStatistics]) -
     s = stats.get(src.name)
     if s is None or not src.output_shapes or src.channel_axis is None:
         return None
-    mean = np.asarray(s.mean_per_channel, np.float64).reshape(-1)
-    if mean.size != _in_channels(node) and s.mean_per_feature is not None:
-        mean = np.asarray(s.mean_per_feature, np.float64).reshape(-1)
+    if getattr(s, per_channel) is None:
+        return None
+    mean = np.asarray(getattr(s, per_channel), np.float64).reshape(-1)
+    if mean.size != _in_channels(node) and getattr(s, per_feature) is not None:
+        mean = np.asarray(getattr(s, per_feature), np.float64).reshape(-1)
     if mean.size != _in_channels(node) or not np.isfinite(mean).all():
         return None
     src_shape, out_shape = src.output_shapes[0], node.output_shapes[0]

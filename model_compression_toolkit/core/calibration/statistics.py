@@ -29,6 +29,9 @@ class NodeStatistics:
         mean_per_feature: for a (batch, features) output, which counts as one channel above,
             the mean of each feature (what bias correction needs of a dense layer's input);
             None for other outputs.
+        mean_square_per_channel / mean_square_per_feature: ``E[x^2]`` likewise, when the
+            collector was asked for second moments (what ``HMSE`` weighs weights by); None
+            otherwise.
     """
 
     counts: np.ndarray
@@ -43,6 +46,8 @@ class NodeStatistics:
     mean_per_channel: np.ndarray
     nonfinite: int = 0
     mean_per_feature: np.ndarray | None = None
+    mean_square_per_channel: np.ndarray | None = None
+    mean_square_per_feature: np.ndarray | None = None
 
 
 _CHUNK = 1 << 16  # values per histogram step: the float64 buffers stay in cache
@@ -90,9 +95,10 @@ class StatisticsCollector:
         n_bins: number of histogram bins (fixed).
         channel_axis: axis of the per-channel statistics; None, or an output with at
             most two dimensions (batch, features), is treated as one channel.
+        second_moments: also keep ``E[x^2]`` per channel (and per feature).
     """
 
-    def __init__(self, n_bins: int = 2048, channel_axis: int | None = 1):
+    def __init__(self, n_bins: int = 2048, channel_axis: int | None = 1, second_moments: bool = False):
         if n_bins < 1:
             raise ValueError(f"n_bins must be >= 1; got {n_bins}")
         self.n_bins = int(n_bins)
@@ -110,6 +116,9 @@ class StatisticsCollector:
         self._ch_count: np.ndarray | None = None
         self._feature_sum: np.ndarray | None = None  # (batch, features) outputs only
         self._feature_count: np.ndarray | None = None
+        self.second_moments = second_moments
+        self._ch_squares: np.ndarray | None = None  # second moments: sums of squares
+        self._feature_squares: np.ndarray | None = None
 
     # ----------------------------------------------------------------- public
     def update(self, x: np.ndarray) -> None:
@@ -120,6 +129,8 @@ class StatisticsCollector:
         if x.ndim == 2:
             self._add_features(x)
         xc = self._channel_view(x)
+        if self.second_moments:
+            self._add_squares(xc)
         rows = xc.reshape(xc.shape[0], xc.shape[1]) if xc.shape[2] == 1 else None
         with np.errstate(invalid="ignore", over="ignore"):  # non-finite sums are handled below
             if rows is not None:  # channels last: reduce over rows
@@ -190,10 +201,14 @@ class StatisticsCollector:
                 ch_mean = np.where(seen, self._ch_sum / self._ch_count, np.nan)
             ch_min = np.where(seen, self._ch_min, np.nan)
             ch_max = np.where(seen, self._ch_max, np.nan)
-        features = None
-        if self._feature_sum is not None:
-            with np.errstate(invalid="ignore", divide="ignore"):
+        features = squares = feature_squares = None
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if self._feature_sum is not None:
                 features = np.where(self._feature_count > 0, self._feature_sum / self._feature_count, np.nan)
+            if self._ch_squares is not None and self._ch_count is not None:
+                squares = np.where(self._ch_count > 0, self._ch_squares / self._ch_count, np.nan)
+            if self._feature_squares is not None:
+                feature_squares = np.where(self._feature_count > 0, self._feature_squares / self._feature_count, np.nan)
         return NodeStatistics(
             counts=self._counts.copy(),
             edges=edges,
@@ -207,16 +222,28 @@ class StatisticsCollector:
             mean_per_channel=ch_mean,
             nonfinite=self._nonfinite,
             mean_per_feature=features,
+            mean_square_per_channel=squares,
+            mean_square_per_feature=feature_squares,
         )
 
     def _add_features(self, x: np.ndarray) -> None:
         finite = np.isfinite(x)
-        total = np.where(finite, x, 0).sum(axis=0, dtype=np.float64)
+        clean = np.where(finite, x, 0)
+        total = clean.sum(axis=0, dtype=np.float64)
         count = finite.sum(axis=0)
         if self._feature_sum is None:
             self._feature_sum, self._feature_count = np.zeros_like(total), np.zeros(total.shape, np.int64)
         self._feature_sum += total
         self._feature_count += count
+        if self.second_moments:
+            squares = np.einsum("ij,ij->j", clean, clean, dtype=np.float64)
+            self._feature_squares = squares if self._feature_squares is None else self._feature_squares + squares
+
+    def _add_squares(self, xc: np.ndarray) -> None:
+        """Sums of squares per channel of (before, channels, after), non-finite values as 0."""
+        clean = np.where(np.isfinite(xc), xc, 0) if not np.isfinite(xc).all() else xc
+        squares = np.einsum("ijk,ijk->j", clean, clean, dtype=np.float64)
+        self._ch_squares = squares if self._ch_squares is None else self._ch_squares + squares
 
     # ---------------------------------------------------------------- helpers
     def _channel_view(self, x: np.ndarray) -> np.ndarray:

@@ -10,12 +10,23 @@ the weights themselves. Candidates are evaluated many at once: all
 candidates x all bins for a histogram, all channels at once per candidate for weights,
 coarse to fine. The no-clipping range is always a candidate, so the chosen range is
 never worse than it on the data it was chosen on.
+
+``KL`` minimises a divergence between histograms instead (`calibration.kl`); ``HMSE``
+weighs each weight's squared error by its Hessian diagonal (``cfg.importance``,
+`calibration.hessian`). Before an activation's search, ``z_threshold`` leaves out values
+beyond that many standard deviations; a ``shift_negative_ratio`` moves a small negative
+tail onto an unsigned grid (shift negative correction); a ``fixed_range`` needs no search.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from model_compression_toolkit.core.calibration.kl import (
+    histogram_kl,
+    symmetric_rows_threshold,
+    uniform_rows_range,
+)
 from model_compression_toolkit.core.calibration.quantizers import (
     MIN_THRESHOLD,
     channel_view,
@@ -34,13 +45,25 @@ _CHUNK = 1 << 15  # weight values per search block: the block and its buffers st
 
 
 def error_power(error_method: QuantizationErrorMethod, l_p_value: float = 2.0) -> float | None:
-    """The exponent p of the error |q(x) - x|**p, or None for NOCLIPPING."""
+    """The exponent p of the error |q(x) - x|**p, or None for NOCLIPPING (and KL, which
+    is no power of the error)."""
     return {
         QuantizationErrorMethod.NOCLIPPING: None,
         QuantizationErrorMethod.MSE: 2.0,
         QuantizationErrorMethod.MAE: 1.0,
         QuantizationErrorMethod.LP: float(l_p_value),
+        QuantizationErrorMethod.KL: None,
+        QuantizationErrorMethod.HMSE: 2.0,
     }[error_method]
+
+
+def _histogram_errors(error_method: QuantizationErrorMethod, l_p_value: float):
+    """``errors(bins, grid)`` of candidate grids on a histogram for ``error_method``, or None
+    (NOCLIPPING: no search)."""
+    if error_method == QuantizationErrorMethod.KL:
+        return lambda bins, grid: histogram_kl(*bins, grid)
+    p = error_power(error_method, l_p_value)
+    return None if p is None else (lambda bins, grid: histogram_error(*bins, grid, p))
 
 
 def quantization_error(
@@ -141,43 +164,77 @@ def fill_activation_config(cfg: ActivationQuantConfig, stats: NodeStatistics, l_
     ``cfg.threshold``; UNIFORM sets ``cfg.range_min`` <= 0 <= ``cfg.range_max``.
     """
     cfg.signed = not stats.min >= 0
-    p = error_power(cfg.error_method, l_p_value)
-    values = _histogram_values(stats)
+    if cfg.fixed_range is not None:
+        lo, hi = cfg.fixed_range
+        cfg.signed, cfg.threshold, cfg.range_min, cfg.range_max = lo < 0, None, float(lo), float(hi)
+        cfg.grid = uniform_grid(lo, hi, cfg.n_bits)
+        return
+    errors = _histogram_errors(cfg.error_method, l_p_value)
+    values, low, high = _histogram_values(stats, cfg.z_threshold)
     if cfg.method == QuantizationMethod.UNIFORM:
-        lo, hi = min(float(stats.min), 0.0), max(float(stats.max), 0.0)
-        if p is not None and values[0].size and hi > lo:
-            lo, hi = _search_uniform_hist(values, lo, hi, cfg.n_bits, p)
+        lo, hi = min(low, 0.0), max(high, 0.0)
+        if errors is not None and values[0].size and hi > lo:
+            lo, hi = _search_uniform_hist(values, lo, hi, cfg.n_bits, errors)
         cfg.range_min, cfg.range_max = lo, hi
         cfg.threshold = None
         cfg.grid = uniform_grid(lo, hi, cfg.n_bits)
         return
-    ref = max(abs(float(stats.min)), abs(float(stats.max))) if cfg.signed else max(float(stats.max), 0.0)
     pow2 = cfg.method == QuantizationMethod.POWER_OF_TWO
-    threshold = float(power_of_two_ceil(ref)) if pow2 else max(ref, MIN_THRESHOLD)
-    if p is not None and values[0].size and ref > 0:
-        threshold = _search_symmetric_hist(values, ref, cfg.n_bits, cfg.signed, p, pow2)
+    threshold = _symmetric_threshold(values, low, high, cfg.n_bits, cfg.signed, errors, pow2)
     cfg.threshold = threshold
     cfg.range_min = cfg.range_max = None
     cfg.grid = symmetric_grid(threshold, cfg.n_bits, cfg.signed)
+    ratio = cfg.shift_negative_ratio
+    if ratio is not None and low < 0 and -low <= ratio * threshold:
+        _shift_negative(cfg, values, low, high, errors, pow2)
 
 
-def _histogram_values(stats: NodeStatistics) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The non-empty bins as intervals clipped to [min, max], and their counts."""
+def _symmetric_threshold(values, low: float, high: float, n_bits: int, signed: bool, errors, pow2: bool) -> float:
+    ref = max(abs(low), abs(high)) if signed else max(high, 0.0)
+    threshold = float(power_of_two_ceil(ref)) if pow2 else max(ref, MIN_THRESHOLD)
+    if errors is not None and values[0].size and ref > 0:
+        threshold = _search_symmetric_hist(values, ref, n_bits, signed, errors, pow2)
+    return threshold
+
+
+def _shift_negative(cfg: ActivationQuantConfig, values, low: float, high: float, errors, pow2: bool) -> None:
+    """Shift negative correction: quantize ``x`` as ``Q_unsigned(x + s) - s``, ``s`` the
+    smallest grid step at or above ``-min``, the unsigned threshold searched on the
+    shifted values. ``-s`` is the grid's lowest level (zero point ``s / scale``)."""
+    lo, hi, counts = values
+    shifted = (lo - low, hi - low, counts)
+    threshold = _symmetric_threshold(shifted, 0.0, high - low, cfg.n_bits, False, errors, pow2)
+    grid = symmetric_grid(threshold, cfg.n_bits, signed=False)
+    zero_point = min(float(np.ceil(-low / float(grid.scale) - 1e-9)), float(grid.qmax))
+    grid.zero_point = np.asarray(zero_point)
+    cfg.signed, cfg.threshold, cfg.grid = False, threshold, grid
+    cfg.range_min, cfg.range_max = -zero_point * float(grid.scale), (grid.qmax - zero_point) * float(grid.scale)
+
+
+def _histogram_values(stats: NodeStatistics, z_threshold: float = np.inf) -> tuple[tuple, float, float]:
+    """The non-empty bins as intervals clipped to [min, max], their counts, and (min, max);
+    with a finite ``z_threshold``, without the values further than that many standard
+    deviations from the mean (and min, max within that range)."""
+    low, high = float(stats.min), float(stats.max)
     counts = np.asarray(stats.counts)
     if stats.count == 0 or counts.sum() == 0:
-        return np.zeros(0), np.zeros(0), np.zeros(0)
+        return (np.zeros(0), np.zeros(0), np.zeros(0)), low, high
+    if np.isfinite(z_threshold):
+        mean = stats.sum / stats.count
+        std = float(np.sqrt(max(stats.sum_squares / stats.count - mean * mean, 0.0)))
+        low, high = max(low, mean - z_threshold * std), min(high, mean + z_threshold * std)
     edges = np.asarray(stats.edges, dtype=np.float64)
-    keep = counts > 0
-    lo = np.clip(edges[:-1][keep], stats.min, stats.max)
-    hi = np.clip(edges[1:][keep], stats.min, stats.max)
-    return lo, hi, counts[keep].astype(np.float64)
+    keep = (counts > 0) & (edges[1:] >= low) & (edges[:-1] <= high)
+    lo = np.clip(edges[:-1][keep], low, high)
+    hi = np.clip(edges[1:][keep], low, high)
+    return (lo, hi, counts[keep].astype(np.float64)), low, high
 
 
-def _search_symmetric_hist(bins, ref, n_bits, signed, p, pow2) -> float:
+def _search_symmetric_hist(bins, ref, n_bits, signed, errors_of, pow2) -> float:
     """Threshold minimising the histogram error; candidate 0 is the no-clipping one."""
 
     def errors(thresholds: np.ndarray) -> np.ndarray:
-        return histogram_error(*bins, symmetric_grid(thresholds, n_bits, signed), p)
+        return errors_of(bins, symmetric_grid(thresholds, n_bits, signed))
 
     if pow2:
         top = int(np.log2(power_of_two_ceil(ref)))
@@ -194,13 +251,13 @@ def _search_symmetric_hist(bins, ref, n_bits, signed, p, pow2) -> float:
     return float(max(ref * 2.0 ** all_offsets[int(np.argmin(all_errs))], MIN_THRESHOLD))
 
 
-def _search_uniform_hist(bins, lo, hi, n_bits, p) -> tuple[float, float]:
+def _search_uniform_hist(bins, lo, hi, n_bits, errors_of) -> tuple[float, float]:
     """(min, max) minimising the histogram error over shrink factors of both ends."""
 
     def best_of(lo_off: np.ndarray, hi_off: np.ndarray):
         a, b = np.meshgrid(lo_off, hi_off, indexing="ij")
         a, b = a.ravel(), b.ravel()
-        errs = histogram_error(*bins, uniform_grid(lo * 2.0**a, hi * 2.0**b, n_bits), p)
+        errs = errors_of(bins, uniform_grid(lo * 2.0**a, hi * 2.0**b, n_bits))
         i = int(np.argmin(errs))
         return a[i], b[i], errs[i]
 
@@ -222,24 +279,35 @@ def fill_weights_config(cfg: WeightsQuantConfig, w: np.ndarray, l_p_value: float
     Per output channel along ``cfg.channel_axes`` when ``cfg.per_channel`` (parameters
     of shape (C,), C in C order of those axes), else per tensor (0-d parameters).
     SYMMETRIC / POWER_OF_TWO are signed symmetric; UNIFORM sets per-channel
-    ``range_min`` <= 0 <= ``range_max``.
+    ``range_min`` <= 0 <= ``range_max``. With ``HMSE`` and ``cfg.importance`` (the
+    Hessian diagonal, broadcastable to ``w``) each squared error is weighted by it.
     """
     w = np.asarray(w)
     dtype = np.float64 if w.dtype == np.float64 else np.float32
     w = w.astype(dtype, copy=False)
     per_channel = bool(cfg.per_channel and cfg.channel_axes)
-    rows = channel_view(w, cfg.channel_axes) if per_channel else w.reshape(1, -1)
-    rows = np.ascontiguousarray(rows)
+
+    def as_rows(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(channel_view(a, cfg.channel_axes) if per_channel else a.reshape(1, -1))
+
+    rows = as_rows(w)
     if not np.isfinite(rows.sum(dtype=np.float64)):
         rows = np.where(np.isfinite(rows), rows, 0).astype(dtype)
     p = error_power(cfg.error_method, l_p_value)
+    kl = cfg.error_method == QuantizationErrorMethod.KL
+    importance = None
+    if cfg.error_method == QuantizationErrorMethod.HMSE and cfg.importance is not None and w.size:
+        importance = as_rows(np.broadcast_to(np.asarray(cfg.importance, dtype), w.shape))
     if rows.shape[1] == 0:
         rows = np.zeros((rows.shape[0], 1), dtype=dtype)
+        importance = None
     if cfg.method == QuantizationMethod.UNIFORM:
         lo = np.minimum(rows.min(axis=1), 0).astype(np.float64)
         hi = np.maximum(rows.max(axis=1), 0).astype(np.float64)
-        if p is not None:
-            lo, hi = _blocks(rows, lambda blk, sl: _search_uniform_rows(blk, lo[sl], hi[sl], cfg.n_bits, p))
+        if kl:
+            lo, hi = uniform_rows_range(rows, lo, hi, cfg.n_bits)
+        elif p is not None:
+            lo, hi = _blocks(rows, lambda blk, sl: _search_uniform_rows(blk, lo[sl], hi[sl], cfg.n_bits, p, _sliced(importance, sl)))
         if not per_channel:
             lo, hi = lo.reshape(()), hi.reshape(())
         cfg.range_min, cfg.range_max, cfg.threshold = lo, hi, None
@@ -247,14 +315,22 @@ def fill_weights_config(cfg: WeightsQuantConfig, w: np.ndarray, l_p_value: float
         return
     ref = np.abs(rows).max(axis=1).astype(np.float64)
     pow2 = cfg.method == QuantizationMethod.POWER_OF_TWO
-    if p is None:
+    if kl:
+        threshold = symmetric_rows_threshold(rows, ref, cfg.n_bits, pow2)
+    elif p is None:
         threshold = power_of_two_ceil(ref) if pow2 else np.maximum(ref, MIN_THRESHOLD)
     else:
-        (threshold,) = _blocks(rows, lambda blk, sl: (_search_symmetric_rows(blk, ref[sl], cfg.n_bits, p, pow2),))
+        (threshold,) = _blocks(
+            rows, lambda blk, sl: (_search_symmetric_rows(blk, ref[sl], cfg.n_bits, p, pow2, _sliced(importance, sl)),)
+        )
     if not per_channel:
         threshold = threshold.reshape(())
     cfg.threshold, cfg.range_min, cfg.range_max = threshold, None, None
     cfg.grid = symmetric_grid(threshold, cfg.n_bits, signed=True)
+
+
+def _sliced(importance: np.ndarray | None, rows: slice) -> np.ndarray | None:
+    return None if importance is None else importance[rows]
 
 
 def _blocks(rows: np.ndarray, search) -> tuple[np.ndarray, ...]:
@@ -272,8 +348,8 @@ class _RowErrors:
     the fast path); ``per_row(inv_scale, zero_point)`` uses one scale per row.
     """
 
-    def __init__(self, block: np.ndarray, qmin: int, qmax: int, p: float):
-        self.block, self.p = block, p
+    def __init__(self, block: np.ndarray, qmin: int, qmax: int, p: float, weights: np.ndarray | None = None):
+        self.block, self.p, self.weights = block, p, weights
         self.qmin, self.qmax = block.dtype.type(qmin), block.dtype.type(qmax)
         self.v = np.empty_like(block)
         self.q = np.empty_like(block)
@@ -292,12 +368,16 @@ class _RowErrors:
         np.rint(v, out=q)
         np.clip(q, self.qmin, self.qmax, out=q)
         q -= v
+        if self.weights is not None:  # HMSE: each squared error weighted by its Hessian diagonal
+            return np.einsum("ij,ij,ij->i", q, q, self.weights).astype(np.float64)
         if self.p == 2.0:
             return np.einsum("ij,ij->i", q, q).astype(np.float64)
         return _power(np.abs(q, out=q), self.p).sum(axis=1, dtype=np.float64)
 
 
-def _search_symmetric_rows(block: np.ndarray, ref: np.ndarray, n_bits: int, p: float, pow2: bool) -> np.ndarray:
+def _search_symmetric_rows(
+    block: np.ndarray, ref: np.ndarray, n_bits: int, p: float, pow2: bool, weights: np.ndarray | None = None
+) -> np.ndarray:
     """Per-row threshold of a signed symmetric quantizer, all rows at once.
 
     Rows are normalised by a per-row base threshold once, so every candidate is one
@@ -308,7 +388,7 @@ def _search_symmetric_rows(block: np.ndarray, ref: np.ndarray, n_bits: int, p: f
     max |w|] (powers of two: up to the power of two above it).
     """
     levels = 2.0 ** (n_bits - 1)
-    errors = _RowErrors(block, -int(levels), int(levels) - 1, p)
+    errors = _RowErrors(block, -int(levels), int(levels) - 1, p, weights)
     base = power_of_two_ceil(ref) if pow2 else np.maximum(ref, MIN_THRESHOLD)
     top = base.copy()  # largest allowed threshold; no clipping at the top
     normed = block * (1.0 / base)[:, None].astype(block.dtype)
@@ -343,16 +423,18 @@ def _search_symmetric_rows(block: np.ndarray, ref: np.ndarray, n_bits: int, p: f
     # near ties are settled exactly, with fake_quant's arithmetic
     close = (best_t != nocl_t) & (best_e > nocl_e * (1 - 1e-4))
     if close.any():
-        rows = block[close]
-        exact_best = quantization_error(rows, None, symmetric_grid(best_t[close], n_bits, True), p)
-        exact_nocl = quantization_error(rows, None, symmetric_grid(nocl_t[close], n_bits, True), p)
+        rows, w = block[close], None if weights is None else weights[close]
+        exact_best = quantization_error(rows, w, symmetric_grid(best_t[close], n_bits, True), p)
+        exact_nocl = quantization_error(rows, w, symmetric_grid(nocl_t[close], n_bits, True), p)
         best_t[close] = np.where(exact_nocl <= exact_best, nocl_t[close], best_t[close])
     return np.maximum(best_t, MIN_THRESHOLD)
 
 
-def _search_uniform_rows(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_bits: int, p: float):
+def _search_uniform_rows(
+    block: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_bits: int, p: float, weights: np.ndarray | None = None
+):
     """Per-row (min, max): both ends shrunk together (coarse), then each end alone (fine)."""
-    errors = _RowErrors(block, 0, 2**n_bits - 1, p)
+    errors = _RowErrors(block, 0, 2**n_bits - 1, p, weights)
 
     def err(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         g = uniform_grid(lo * 2.0**a, hi * 2.0**b, n_bits)
@@ -386,9 +468,9 @@ def _search_uniform_rows(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_bi
     b_lo, b_hi = lo * 2.0**best_a, hi * 2.0**best_b
     close = ((best_a != 0) | (best_b != 0)) & (best_e > nocl_e * (1 - 1e-4))
     if close.any():
-        rows = block[close]
-        exact_best = quantization_error(rows, None, uniform_grid(b_lo[close], b_hi[close], n_bits), p)
-        exact_nocl = quantization_error(rows, None, uniform_grid(lo[close], hi[close], n_bits), p)
+        rows, w = block[close], None if weights is None else weights[close]
+        exact_best = quantization_error(rows, w, uniform_grid(b_lo[close], b_hi[close], n_bits), p)
+        exact_nocl = quantization_error(rows, w, uniform_grid(lo[close], hi[close], n_bits), p)
         keep = exact_nocl <= exact_best
         b_lo[close] = np.where(keep, lo[close], b_lo[close])
         b_hi[close] = np.where(keep, hi[close], b_hi[close])

@@ -100,13 +100,16 @@ class BudgetProblem:
 
 
 def budget_problem(graph: Graph, candidate_bits: Sequence[int]) -> BudgetProblem:
+    """Weights whose bits were set by hand (``cfg.manual``) count as fixed, at those bits."""
     names, counts, fixed_bits = [], [], 0
     for node in graph.nodes():
         quantized = node.quant.weights
         fixed_bits += FLOAT_BITS * sum(w.size for name, w in node.weights.items() if name not in quantized)
-        if quantized:
+        fixed_bits += sum(node.weights[w].size * c.n_bits for w, c in quantized.items() if c.manual)
+        searched = [w for w, c in quantized.items() if not c.manual]
+        if searched:
             names.append(node.name)
-            counts.append(sum(node.weights[w].size for w in quantized))
+            counts.append(sum(node.weights[w].size for w in searched))
     bits = tuple(sorted(set(candidate_bits), reverse=True))
     return BudgetProblem(names, np.asarray(counts, dtype=np.int64), fixed_bits / 8, bits)
 
@@ -201,7 +204,7 @@ def _variant(graph: Graph, names: list[str], n_bits: int, l_p_value: float) -> G
     for name in names:
         node = variant.node(name)
         for wname, cfg in node.quant.weights.items():
-            if cfg.n_bits != n_bits or cfg.grid is None:
+            if not cfg.manual and (cfg.n_bits != n_bits or cfg.grid is None):
                 cfg.n_bits = n_bits
                 fill_weights_config(cfg, node.weights[wname], l_p_value)
     return variant

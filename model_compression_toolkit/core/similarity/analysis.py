@@ -238,6 +238,7 @@ def analyze(
     q_model: Any = None,
     impact_samples: int = 8,
     max_impact_quantizers: int = 12,
+    l_p_value: float = 2.0,
     progress: ProgressCallback | None = None,
 ) -> SimilarityResult:
     """Compare the float model (its graph before preparation) with the quantized one, and
@@ -256,7 +257,8 @@ def analyze(
             analysis's quantized model reuses where the backend can (`Backend.build`).
         impact_samples: the first samples each quantizer's output impact is measured on.
         max_impact_quantizers: how many quantizers at most get their impact measured
-            (all of them when the model has no more).
+            (those whose own error is not negligible, the largest first).
+        l_p_value: the p of the ``LP`` error method, for the grids the suggested fix tries.
         progress: called as ``progress(step, done, total, unit)`` as the comparison goes
             (``similarity``: samples) and as impacts are measured (``output impact``).
     """
@@ -288,10 +290,10 @@ def analyze(
             tap=local_tap,
         )
     seen = 0
-    kept: list[list[np.ndarray]] = []  # the impact samples' inputs
+    kept: list[list[np.ndarray]] = []  # the impact samples' inputs, in whole chunks
     for chunk, f_out in chunks:
         if seen < impact_samples:
-            kept.append([np.array(a[: impact_samples - seen]) for a in chunk])
+            kept.append([np.array(a) for a in chunk])
         q_tap.float_outputs = local_tap.float_outputs = f_out
         backend.forward(quantized_model, chunk)
         if local_model is not None:
@@ -305,18 +307,17 @@ def analyze(
     layers = [acc.result(q_graph.node(acc.point.name).layer_type) for acc in accumulators]
     entries = [e for acc in accumulators if (e := acc.entry(q_graph.node(acc.point.name).layer_type)) is not None]
     entries += weight_entries(q_graph, weights)
-    inputs = [np.concatenate(parts) for parts in zip(*kept)] if kept else []
-    probe = ImpactProbe(backend, q_graph, inputs) if entries and inputs else None
+    probe = ImpactProbe(backend, q_graph, kept) if entries and kept else None
     if probe is not None:
         measure_impacts(probe, entries, max_impact_quantizers, progress)
-    fix = suggest_fix(entries, q_graph, probe)
+    fix = suggest_fix(entries, q_graph, probe, l_p_value)
     _set_roles(layers, entries, q_graph)
     histograms = {
         acc.point.name: PairHistogram(acc.bins.edges(), acc.hist_float, acc.hist_quant)
         for acc in accumulators
         if acc.bins is not None
     }
-    report = SimilarityReport(seen, layers, entries, fix, len(inputs[0]) if inputs else 0)
+    report = SimilarityReport(seen, layers, entries, fix, probe.samples if probe is not None else 0)
     return SimilarityResult(report, histograms)
 
 

@@ -138,10 +138,12 @@ def weight_entries(graph: Graph, weights: Mapping[str, Mapping[str, np.ndarray]]
             axes = node.quant.weights[wname].channel_axes or node.kernel_axes.get(wname, ())
             w = np.asarray(node.weights[wname])
             q = np.asarray(node_weight(node, wname, True, weights))
-            sums.add(channel_view(w, tuple(axes)), channel_view(q, tuple(axes)))
+            # each weight tensor's channels are channels of their own (a separable conv's
+            # depthwise and pointwise kernels have different counts)
+            sums.extend(channel_view(w, tuple(axes)), channel_view(q, tuple(axes)))
             if wname in node.kernel_in_axis and node.kernel_in_axis[wname] % w.ndim not in {a % w.ndim for a in axes}:
                 in_axis = (node.kernel_in_axis[wname],)
-                inputs.add(channel_view(w, in_axis), channel_view(q, in_axis))
+                inputs.extend(channel_view(w, in_axis), channel_view(q, in_axis))
         bits = node.quant.weights[names[0]].n_bits
         entry = QuantizerEntry.of(node.name, WEIGHTS, node.layer_type, bits, sums.result())
         if inputs.signal is not None:
@@ -193,26 +195,35 @@ class ImpactProbe:
 
     ``float model (every quantizer off) -> reference outputs``;
     ``variant -> outputs -> output_sqnr_db(reference, outputs)``.
+
+    The samples come as the chunks the analysis ran, each whole: a model traced for one
+    batch size runs on those and on nothing else.
     """
 
-    def __init__(self, backend: Backend, graph: Graph, inputs: list[np.ndarray]) -> None:
-        self.backend, self.graph, self.inputs = backend, graph, inputs
-        self.reference = backend.forward(backend.build(isolate(graph, None), quantized=False), inputs)
+    def __init__(self, backend: Backend, graph: Graph, chunks: list[list[np.ndarray]]) -> None:
+        self.backend, self.graph, self.chunks = backend, graph, chunks
+        self.reference = self._outputs(backend.build(isolate(graph, None), quantized=False))
+
+    @property
+    def samples(self) -> int:
+        return sum(len(chunk[0]) for chunk in self.chunks)
 
     def output_sqnr_db(self, variant: Graph) -> float:
-        outputs = self.backend.forward(self.backend.build(variant, quantized=True), self.inputs)
-        return output_sqnr_db(self.reference, outputs)
+        return output_sqnr_db(self.reference, self._outputs(self.backend.build(variant, quantized=True)))
+
+    def _outputs(self, model: object) -> list[np.ndarray]:
+        """Every chunk's outputs, one after the other."""
+        return [out for chunk in self.chunks for out in self.backend.forward(model, chunk)]
 
 
 def measure_impacts(
     probe: ImpactProbe, entries: list[QuantizerEntry], limit: int, progress: Callable[..., None] | None = None
 ) -> None:
-    """Set ``output_sqnr_db`` of the entries that could matter (all of them when there are
-    at most ``limit``; else the ``limit`` candidates with the worst own error), then rank
-    every entry and flag the causes. ``progress(step, done, total, unit)`` after each one."""
-    chosen = entries if len(entries) <= limit else sorted(
-        (e for e in entries if e.is_candidate), key=lambda e: (e.own_db, -(e.zero_rounded_percent or 0.0))
-    )[:limit]
+    """Set ``output_sqnr_db`` of the entries that could matter (the ``limit`` candidates
+    with the worst own error), then rank every entry and flag the causes.
+    ``progress(step, done, total, unit)`` after each one."""
+    candidates = [e for e in entries if e.is_candidate]
+    chosen = sorted(candidates, key=lambda e: (e.own_db, -(e.zero_rounded_percent or 0.0)))[:limit]
     for i, entry in enumerate(chosen, start=1):
         entry.output_sqnr_db = probe.output_sqnr_db(isolate(probe.graph, entry))
         if progress is not None:

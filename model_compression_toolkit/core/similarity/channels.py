@@ -93,6 +93,26 @@ class ChannelSums:
 
     def add(self, reference: np.ndarray, quantized: np.ndarray) -> None:
         """Add one chunk of samples (non-finite values count as zero)."""
+        signal, noise, low, high = self._rows(reference, quantized)
+        if self.signal is None:
+            self.signal, self.noise, self.low, self.high = signal, noise, low, high
+        else:
+            self.signal += signal
+            self.noise += noise
+            self.low, self.high = np.minimum(self.low, low), np.maximum(self.high, high)
+
+    def extend(self, reference: np.ndarray, quantized: np.ndarray) -> None:
+        """Add the channels of another tensor as channels of their own (a layer's second
+        weight tensor, whose channel count may differ from the first's)."""
+        if self.signal is None:
+            self.add(reference, quantized)
+            return
+        signal, noise, low, high = self._rows(reference, quantized)
+        self.signal, self.noise = np.concatenate([self.signal, signal]), np.concatenate([self.noise, noise])
+        self.low, self.high = np.concatenate([self.low, low]), np.concatenate([self.high, high])
+
+    def _rows(self, reference: np.ndarray, quantized: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The per-channel sums of one tensor pair; counts its zero-rounded values."""
         ref, q = channel_rows(reference, self.axis), channel_rows(quantized, self.axis)
         if not (np.isfinite(ref).all() and np.isfinite(q).all()):
             ref, q = np.nan_to_num(ref, posinf=0.0, neginf=0.0), np.nan_to_num(q, posinf=0.0, neginf=0.0)
@@ -101,15 +121,10 @@ class ChannelSums:
         signal = np.einsum("ij,ij->i", ref64, ref64)
         noise = np.einsum("ij,ij->i", diff, diff)
         low, high = ref.min(axis=1), ref.max(axis=1)
-        if self.signal is None:
-            self.signal, self.noise, self.low, self.high = signal, noise, low, high
-        else:
-            self.signal += signal
-            self.noise += noise
-            self.low, self.high = np.minimum(self.low, low), np.maximum(self.high, high)
         nonzero = ref != 0
         self.nonzero += int(np.count_nonzero(nonzero))
         self.zeroed += int(np.count_nonzero(nonzero & (q == 0)))
+        return signal, noise, low, high
 
     def result(self) -> ChannelMeasures:
         if self.signal is None:

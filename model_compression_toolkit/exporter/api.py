@@ -1,0 +1,466 @@
+"""`pytorch_export_model` and `keras_export_model`: write the quantized model for a runtime,
+run the file in that runtime, and compare it with the quantized model.
+
+    quantized model -> checks (format, model, path, layers) -> write into a staging folder
+        -> load in the runtime -> parity on the data -> move into place -> log run
+
+Every check runs before anything is written; a failure at any later step removes the
+staging folder, so no half-written file is left at the destination.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
+from model_compression_toolkit.core.data import RepresentativeData
+from model_compression_toolkit.core.deploy import integer_biases, output_names, output_step, synthetic_batch
+from model_compression_toolkit.core.export_report import (
+    ExportReport,
+    OutputParity,
+    compare_outputs,
+    perturbed,
+)
+from model_compression_toolkit.core.graph import Graph
+from model_compression_toolkit.errors import (
+    ConfigurationError,
+    ExportError,
+    ExportPathError,
+    ModelReadError,
+    UnsupportedFrameworkError,
+)
+from model_compression_toolkit.exporter.formats import (
+    KerasExportSerializationFormat,
+    PytorchExportSerializationFormat,
+    QuantizationFormat,
+    deployment_class,
+)
+from model_compression_toolkit.pipeline.session import produced_graph
+from model_compression_toolkit.ptq.backends import get_backend
+
+LOG = logging.getLogger("model_compression_toolkit")
+PARITY_SAMPLES = 32  # representative samples the exported model is compared on
+SYNTHETIC_SAMPLES = 16
+
+
+class ExportResult(dict):
+    """What an export wrote, and how closely the runtime computes what the quantized model does.
+
+    As a dict it holds the custom objects ``keras.models.load_model`` needs for the file
+    (what MCT's ``keras_export_model`` returns); it is empty for the other formats.
+
+    Attributes:
+        path: the file written.
+        serialization_format / quantization_format: the formats written.
+        file_bytes: the file's size.
+        runtime: what ran the file for the comparison (``"onnxruntime 1.32.0"``).
+        parity: per output, the runtime against the quantized model (`OutputParity`).
+        parity_ok: every output within one quantization step, or at a cosine of at least 0.999.
+        ops: op type -> count in the file, when the runtime lists them.
+        runtime_ops: op type -> count in the graph the runtime runs after its own
+            optimizations (onnxruntime: ``QLinearConv`` for each fused integer convolution).
+        notes: what to know about the file (a fixed batch size, runtime differences).
+        log_folder: the export's run folder, or None when logging is off.
+        report: everything above as one `ExportReport` (``report.to_dict()`` for JSON).
+    """
+
+    def __init__(self, report: ExportReport, serialization: Enum, quantization: Enum, custom_objects: dict,
+                 log_folder: Path | None) -> None:  # fmt: skip
+        super().__init__(custom_objects)
+        self.report = report
+        self.path = Path(report.path)
+        self.serialization_format, self.quantization_format = serialization, quantization
+        self.file_bytes = report.file_bytes
+        self.runtime = report.runtime
+        self.parity: list[OutputParity] = report.parity
+        self.notes = report.notes
+        self.ops = report.graph.op_counts() if report.graph is not None else None
+        self.runtime_ops = report.runtime_graph.op_counts() if report.runtime_graph is not None else None
+        self.log_folder = log_folder
+
+    @property
+    def parity_ok(self) -> bool:
+        return self.report.parity_ok
+
+    def __repr__(self) -> str:
+        worst = max((p.max_steps or 0.0 for p in self.parity), default=0.0)
+        return (
+            f"ExportResult({str(self.path)!r}, {self.serialization_format.name}/{self.quantization_format.name}, "
+            f"{self.file_bytes} bytes, parity {'ok' if self.parity_ok else 'FAILED'} (max {worst:.2f} steps))"
+        )
+
+
+# ------------------------------------------------------------------ checks
+def _produced(model: Any, framework: str) -> tuple[Any, Graph]:
+    try:
+        backend = get_backend(model)
+    except UnsupportedFrameworkError as err:
+        raise UnsupportedFrameworkError(f"{framework}_export_model: {err}") from None
+    if backend.name != framework:
+        raise UnsupportedFrameworkError(
+            f"expected a {framework} model; got a {backend.name} model ({type(model).__name__}). "
+            f"Use mct.exporter.{backend.name}_export_model for it."
+        )
+    graph = produced_graph(model)
+    if graph is None:
+        raise ModelReadError(
+            f"expected a model returned by mct.ptq.{framework}_post_training_quantization (or its tuned or "
+            f"mixed-precision variants) in this process; got a {type(model).__name__} this library did not "
+            "produce, so its quantization grids are unknown. Quantize the float model, then export the result."
+        )
+    return backend, graph
+
+
+def _destination(save_model_path: Any, suffix: str | None) -> Path:
+    if not isinstance(save_model_path, (str, os.PathLike)) or not str(save_model_path):
+        raise ExportPathError(
+            f"save_model_path must be a file path (str or os.PathLike); got {save_model_path!r}"
+        )
+    path = Path(save_model_path).expanduser().absolute()
+    if path.is_dir():
+        raise ExportPathError(
+            f"save_model_path {path} is a directory; expected a file path such as {path / 'model'}"
+        )
+    if path.parent.exists() and not path.parent.is_dir():
+        raise ExportPathError(
+            f"the folder of save_model_path, {path.parent}, is a file; choose a path in a folder"
+        )
+    if not path.parent.is_dir():
+        raise ExportPathError(
+            f"the folder of save_model_path, {path.parent}, does not exist; create it first"
+        )
+    if suffix is not None and path.suffix != suffix:
+        raise ExportPathError(f"save_model_path must end with {suffix!r} for this format; got {path.name!r}")
+    return path
+
+
+@contextmanager
+def _staging(path: Path) -> Iterator[Path]:
+    """A new hidden folder beside ``path``, removed on exit: the file is written and checked
+    there, then moved into place, so a failure leaves nothing at ``path``."""
+    try:
+        folder = Path(tempfile.mkdtemp(prefix=".mct-export-", dir=path.parent))
+    except OSError as exc:
+        raise ExportPathError(
+            f"cannot write into {path.parent}: {exc.strerror or exc}. Choose a writable folder."
+        ) from exc
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _commit(folder: Path, path: Path) -> None:
+    """Move what was written in the staging folder into ``path``'s folder."""
+    for item in sorted(folder.iterdir()):
+        if item.is_file():
+            os.replace(item, path.parent / item.name)
+
+
+def _check_layers(model: Any, fn: Callable[[Any], bool] | None, framework: str) -> None:
+    """MCT's ``is_layer_exportable_fn``: called on every layer; any False is an error naming them."""
+    if fn is None:
+        return
+    if not callable(fn):
+        raise ConfigurationError(
+            f"is_layer_exportable_fn must be a callable layer -> bool or None; got {fn!r}"
+        )
+    if framework == "pytorch":
+        layers = [(name, m) for name, m in model.named_modules() if name and not list(m.children())]
+    else:
+        layers = [(layer.name, layer) for layer in model.layers]
+    refused = [name for name, layer in layers if not fn(layer)]
+    if refused:
+        raise ExportError(
+            f"is_layer_exportable_fn refused {len(refused)} layer(s): {', '.join(map(repr, refused[:10]))}"
+            f"{' ...' if len(refused) > 10 else ''}. Nothing was written."
+        )
+
+
+def _check_problems(deployment: Any, framework: str) -> None:
+    problems = deployment.problems()
+    if problems:
+        shown = "\n  - ".join(problems[:20])
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise ExportError(
+            f"the quantized model cannot be written as {deployment.serialization} with "
+            f"QuantizationFormat.{deployment.quantization}; nothing was written:\n  - {shown}{more}\n"
+            f"Re-quantize so that these layers fit, or choose another format ({_alternatives(framework)})."
+        )
+
+
+def _alternatives(framework: str) -> str:
+    if framework == "pytorch":
+        return "ONNX or TORCHSCRIPT with FAKELY_QUANT keep float layers and any bit width up to 16"
+    return "TFLITE or KERAS with FAKELY_QUANT keep float layers and any bit width"
+
+
+# ------------------------------------------------------------------ parity
+def _batches(graph: Graph, backend: Any, model: Any, repr_dataset: Any, samples: int) -> tuple[list, str]:
+    if repr_dataset is not None:
+        data = RepresentativeData(repr_dataset, backend, model)
+        batches = list(data.samples(samples))
+        n = sum(len(b[0]) for b in batches)
+        return batches, f"the first {n} samples of repr_dataset"
+    batch = synthetic_batch(graph, SYNTHETIC_SAMPLES)
+    if batch is None:
+        return [], "none: the inputs' shapes are not fully known; pass repr_dataset= to compare"
+    return [batch], (
+        f"{SYNTHETIC_SAMPLES} synthetic samples drawn uniformly from each input's quantization grid "
+        "(pass repr_dataset= to compare on representative data)"
+    )
+
+
+def _parity(
+    graph: Graph, backend: Any, model: Any, runtime: Any, batches: list, integer_bias: bool
+) -> list[OutputParity]:
+    """Each output of the runtime against the quantized model's, with the floor (the quantized
+    model on noisy inputs) and, for runtimes adding int32 biases, the quantized model with
+    those biases."""
+    names = output_names(graph)
+    steps = [output_step(graph, name) for name, _ in graph.outputs]
+    rounded = (
+        backend.build(graph, True, weights=integer_biases(graph, QuantizedWeights(graph)))
+        if integer_bias
+        else None
+    )
+    reference, exported, floor, biased = [], [], [], []
+    for index, batch in enumerate(batches):
+        ref, out = backend.forward(model, batch), runtime.run(batch)
+        if len(ref) != len(out) or len(ref) != len(names):
+            raise ExportError(
+                f"the exported model returns {len(out)} outputs and the quantized model {len(ref)} "
+                f"(expected {len(names)}); the file cannot be compared. This is a bug: please report it."
+            )
+        reference.append(ref)
+        exported.append(out)
+        floor.append(backend.forward(model, perturbed(batch, seed=index)))
+        if rounded is not None:
+            biased.append(backend.forward(rounded, batch))
+    if not batches:
+        return []
+    return compare_outputs(names, reference, exported, steps, floor, biased if rounded is not None else None)
+
+
+# ------------------------------------------------------------------ the export
+def export(
+    framework: str,
+    model: Any,
+    save_model_path: Any,
+    repr_dataset: Callable[[], Any] | None,
+    is_layer_exportable_fn: Callable[[Any], bool] | None,
+    serialization_format: Any,
+    quantization_format: Any,
+    serializations: type[Enum],
+    options: dict[str, Any],
+    parity_samples: int,
+) -> ExportResult:
+    """The body of both export functions (module docstring)."""
+    cls = deployment_class(serialization_format, quantization_format, serializations)
+    serialization = serializations[cls.serialization]
+    quantization = QuantizationFormat[cls.quantization]
+    if isinstance(parity_samples, bool) or not isinstance(parity_samples, int) or parity_samples < 1:
+        raise ConfigurationError(f"parity_samples must be an integer >= 1; got {parity_samples!r}")
+    backend, graph = _produced(model, framework)
+    _check_layers(model, is_layer_exportable_fn, framework)
+    path = _destination(save_model_path, cls.suffix)
+    deployment = cls(graph, model, **options)
+    _check_problems(deployment, framework)
+    batches, data = _batches(graph, backend, model, repr_dataset, parity_samples)
+    example = batches[0] if batches else synthetic_batch(graph, 2)
+    with _staging(path) as folder:
+        staged = folder / path.name
+        notes = deployment.write(staged, example)
+        runtime = deployment.load(staged)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            parity = _parity(
+                graph, backend, model, runtime, batches, getattr(deployment, "integer_bias", False)
+            )
+            exported_graph, runtime_graph = runtime.graph(), runtime.runtime_graph()
+        size, runtime_name = runtime.file_bytes(), runtime.name
+        figures = dict(runtime.figures)
+        del runtime  # the runtime may hold the staged file open
+        _commit(folder, path)
+    report = ExportReport(
+        model_name=graph.name, framework=framework, serialization_format=serialization.name,
+        quantization_format=quantization.name, path=str(path), file_bytes=size, runtime=runtime_name,
+        data=data, parity=parity, graph=exported_graph, runtime_graph=runtime_graph, notes=notes, figures=figures,
+    )  # fmt: skip
+    log_folder = _log(report)
+    custom = deployment.custom_objects() if hasattr(deployment, "custom_objects") else {}
+    return ExportResult(report, serialization, quantization, custom, log_folder)
+
+
+def _log(report: ExportReport) -> Path | None:
+    """With a log folder set, the export's own call folder beside the PTQ calls' (see
+    `observers.call.observe_call`)."""
+    from model_compression_toolkit.observers.call import observe_call
+    from model_compression_toolkit.observers.export_view import write_export
+    from model_compression_toolkit.observers.log_folder import get_log_folder
+
+    with observe_call(f"{report.model_name}_export", get_log_folder()) as call:
+        if call.folder is not None:
+            write_export(call.observer.writer, call.folder, report)
+        _tell(report)  # into the call's mct.log too
+        return call.folder
+
+
+def _tell(report: ExportReport) -> None:
+    worst = [p for p in report.parity if not p.ok]
+    LOG.info(
+        "exported %s as %s/%s to %s (%d bytes); parity %s",
+        report.model_name, report.serialization_format, report.quantization_format, report.path,
+        report.file_bytes, "ok" if not worst else "FAILED",
+    )  # fmt: skip
+    if worst:
+        rows = "; ".join(
+            f"{p.name}: {p.max_steps or 0:.2f} steps, cosine {p.cosine:.5f} (the quantized model against itself "
+            f"with float32 rounding noise on its inputs: cosine {_text(p.floor_cosine)}; with the runtime's int32 "
+            f"biases: {_text(p.bias_cosine)})"
+            for p in worst
+        )
+        warnings.warn(
+            f"the exported model at {report.path} differs from the quantized model by more than one quantization "
+            f"step and a cosine of 0.999 on {rows}. The file was written; a network that turns float rounding noise "
+            "into such differences will differ on any runtime. See the export run or the result's parity.",
+            RuntimeWarning,
+            stacklevel=5,  # the user's export call
+        )
+
+
+def _text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.5f}"
+
+
+# ------------------------------------------------------------------ the public functions
+def pytorch_export_model(
+    model: Any,
+    save_model_path: str | os.PathLike,
+    repr_dataset: Callable[[], Any],
+    is_layer_exportable_fn: Callable[[Any], bool] | None = None,
+    serialization_format: PytorchExportSerializationFormat = PytorchExportSerializationFormat.ONNX,
+    quantization_format: QuantizationFormat = QuantizationFormat.FAKELY_QUANT,
+    onnx_opset_version: int | None = None,
+    *,
+    parity_samples: int = PARITY_SAMPLES,
+) -> ExportResult:
+    """Write a quantized PyTorch model to ONNX (QDQ) or TorchScript, run it, compare it.
+
+    ONNX: every activation grid becomes a QuantizeLinear/DequantizeLinear pair (per tensor),
+    every quantized weight an integer initializer with its DequantizeLinear (per channel),
+    every bias of a quantized layer int32; onnxruntime fuses them into integer kernels.
+
+    Args:
+        model: the quantized model a PTQ call of this library returned in this process.
+        save_model_path: the file to write (replaced if it exists; its folder must exist).
+        repr_dataset: as for PTQ; its first batch traces the model, its first
+            ``parity_samples`` samples compare the file with ``model``.
+        is_layer_exportable_fn: optional, called on every layer; a layer it refuses stops
+            the export before anything is written (as in MCT).
+        serialization_format: ``ONNX`` (default) or ``TORCHSCRIPT``.
+        quantization_format: ``FAKELY_QUANT``, the only one written for PyTorch.
+        onnx_opset_version: the ONNX opset, 13 or later; None gives 18, or 21 when a
+            tensor needs 16 bits.
+        parity_samples: how many representative samples the comparison uses.
+
+    Returns:
+        An `ExportResult`: the file, its size, and the parity of each output.
+
+    Raises:
+        ExportError: a format not written, or a layer or bit width the format cannot hold.
+        ExportPathError: a path that cannot be written.
+        ModelReadError: a model this library did not produce.
+        MissingDependencyError: onnx, onnxscript or onnxruntime is not installed.
+    """
+    return export(
+        "pytorch", model, save_model_path, repr_dataset, is_layer_exportable_fn, serialization_format,
+        quantization_format, PytorchExportSerializationFormat, {"onnx_opset_version": onnx_opset_version},
+        parity_samples,
+    )  # fmt: skip
+
+
+def keras_export_model(
+    model: Any,
+    save_model_path: str | os.PathLike,
+    is_layer_exportable_fn: Callable[[Any], bool] | None = None,
+    serialization_format: KerasExportSerializationFormat = KerasExportSerializationFormat.KERAS,
+    quantization_format: QuantizationFormat = QuantizationFormat.FAKELY_QUANT,
+    *,
+    repr_dataset: Callable[[], Any] | None = None,
+    parity_samples: int = PARITY_SAMPLES,
+) -> ExportResult:
+    """Write a quantized Keras model to ``.keras`` or TFLite (int8 or fake-quant), run it, compare it.
+
+    TFLite with ``INT8``: every tensor int8 on the library's grids (weights per channel,
+    bias int32), run by TensorFlow's TFLite interpreter.
+
+    Args:
+        model: the quantized model a PTQ call of this library returned in this process.
+        save_model_path: the file to write (``.keras`` for KERAS; replaced if it exists).
+        is_layer_exportable_fn: optional, called on every layer (as in MCT).
+        serialization_format: ``KERAS`` (default) or ``TFLITE``.
+        quantization_format: ``FAKELY_QUANT`` (default), or ``INT8`` with ``TFLITE``.
+        repr_dataset: data to compare the file with ``model`` on; without it the comparison
+            uses samples drawn from each input's quantization grid.
+        parity_samples: how many representative samples the comparison uses.
+
+    Returns:
+        An `ExportResult`; as a dict, the custom objects ``keras.models.load_model`` needs
+        (MCT's return value).
+
+    Raises:
+        ExportError, ExportPathError, ModelReadError: as for `pytorch_export_model`.
+    """
+    return export(
+        "keras", model, save_model_path, repr_dataset, is_layer_exportable_fn, serialization_format,
+        quantization_format, KerasExportSerializationFormat, {}, parity_samples,
+    )  # fmt: skip
+
+
+def keras_load_quantized_model(
+    filepath: str | os.PathLike,
+    custom_objects: dict | None = None,
+    compile: bool = True,
+    options: Any = None,  # noqa: A002
+) -> Any:
+    """Load a quantized Keras model saved as ``.keras`` (by `keras_export_model` or ``model.save``).
+
+    Args:
+        filepath: the ``.keras`` file.
+        custom_objects: more custom objects the model needs, besides this library's layers.
+        compile: as for ``keras.models.load_model``.
+        options: MCT's argument for TensorFlow's SavedModel loading; Keras 3 has none, so it
+            must be None.
+    """
+    if options is not None:
+        raise ConfigurationError(
+            f"options must be None: Keras 3's load_model takes no load options; got {options!r}"
+        )
+    path = Path(filepath)
+    if path.suffix == ".tflite":
+        raise ExportPathError(
+            f"{path} is a TFLite model; load it with tf.lite.Interpreter(model_path=...), not as a Keras model"
+        )
+    if not path.is_file():
+        raise ExportPathError(f"no file at {path}; expected a .keras file written by keras_export_model")
+    from model_compression_toolkit.keras.export import load_quantized
+
+    return load_quantized(path, compile=compile, custom=custom_objects)
+
+
+__all__ = [
+    "ExportResult",
+    "keras_export_model",
+    "keras_load_quantized_model",
+    "pytorch_export_model",
+]

@@ -1,0 +1,47 @@
+"""Nodes that compute no activation: indices, positions and attention masks.
+
+A model computes more than activations: a Hugging Face model turns ``attention_mask`` into
+a boolean or additive mask, T5 buckets relative positions with ``log`` on integer
+positions, a ViT builds position ids. Those nodes have nothing to quantize (a mask's
+``-inf`` on an 8-bit grid would even break the attention), so they become OpKind.SHAPE::
+
+    ids -> ge -> and -> sdpa(q, k, v, attn_mask=.)       every node before attn_mask: SHAPE
+    positions -> float -> log -> long -> embedding        log, float: SHAPE
+
+A node is SHAPE when its outputs hold no floating-point tensor, or when everything that
+reads it is SHAPE or the attention mask of a scaled dot-product attention.
+"""
+
+from __future__ import annotations
+
+from model_compression_toolkit.core.graph import Graph, OpKind
+from model_compression_toolkit.pytorch.ops import Ref
+
+_MASK_KEYWORD, _MASK_POSITION = "attn_mask", 3  # F.scaled_dot_product_attention(q, k, v, attn_mask)
+
+
+def mask_inputs(graph: Graph, name: str) -> set[int]:
+    """The input indices of an ATTENTION node that carry its mask."""
+    node = graph.node(name)
+    payload = node.payload or {}
+    args, kwargs = payload.get("args", ()), payload.get("kwargs", {})
+    mask = args[_MASK_POSITION] if len(args) > _MASK_POSITION else kwargs.get(_MASK_KEYWORD)
+    return {mask.index} if isinstance(mask, Ref) else set()
+
+
+def no_activation(graph: Graph) -> list[str]:
+    """Turn every node on the way to indices or an attention mask into OpKind.SHAPE (see the
+    module docstring). Returns their names."""
+    masks = {n.name: mask_inputs(graph, n.name) for n in graph.find((OpKind.ATTENTION,))}
+    changed = []
+    for name in reversed(graph.topological_order()):
+        node = graph.node(name)
+        if node.kind in (OpKind.INPUT, OpKind.CONSTANT, OpKind.SHAPE) or graph.is_output(name):
+            continue
+        uses = graph.out_edges(name)
+        if uses and all(
+            graph.node(e.dst).kind == OpKind.SHAPE or e.dst_index in masks.get(e.dst, ()) for e in uses
+        ):
+            node.kind = OpKind.SHAPE
+            changed.append(name)
+    return changed
