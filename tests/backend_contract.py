@@ -302,6 +302,8 @@ class BackendContract:
         assert isinstance(self.backend.name, str) and isinstance(self.backend.channels_last, bool)
         assert isinstance(self.backend.model_name(model), str) and self.backend.model_name(model)
         assert self.backend.input_count(model) in (1, None)
+        names = self.backend.input_names(model)  # the keys a dict batch may use
+        assert names is None or (len(names) == 1 and all(isinstance(n, str) and n for n in names))
         assert self.backend.expected_input_shapes(model) in (None, [(None, 6)])
         assert not self.backend.is_tensor(X)
         np.testing.assert_array_equal(self.backend.to_numpy(X), X)

@@ -158,6 +158,9 @@ class NumpyBackend:
     def input_count(self, model: NumpyModel) -> int | None:
         return len(model.inputs)
 
+    def input_names(self, model: NumpyModel) -> list[str] | None:
+        return list(model.inputs)
+
     def expected_input_shapes(self, model: NumpyModel) -> list[tuple | None] | None:
         return [(None, width) for width in model.inputs.values()]
 
