@@ -76,9 +76,11 @@ def test_calling_what_we_do_not_provide_says_what_to_use(call, instead):
 @pytest.mark.parametrize("name, first", [("pytorch_post_training_quantization", "in_module"),
                                          ("keras_post_training_quantization", "in_model")])  # fmt: skip
 def test_ptq_takes_mcts_argument_order(name, first):
-    params = list(inspect.signature(getattr(mct.ptq, name)).parameters)
-    assert params == [first, "representative_data_gen", "target_resource_utilization", "core_config",
-                      "target_platform_capabilities"]  # fmt: skip
+    params = inspect.signature(getattr(mct.ptq, name)).parameters
+    positional = [p for p, v in params.items() if v.kind is not inspect.Parameter.KEYWORD_ONLY]
+    assert positional == [first, "representative_data_gen", "target_resource_utilization", "core_config",
+                          "target_platform_capabilities"]  # fmt: skip
+    assert [p for p in params if p not in positional] == ["run_name"]  # this library's own, by keyword only
 
 
 # ------------------------------------------------------- target platforms

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
+from model_compression_toolkit.observers.stage_view import stage_run
 from tests.tb import load
 from tutorials.digits import accuracy, representative_dataset
 
@@ -267,7 +268,7 @@ def test_xquant_tutorial(fw, trained_digits, tmp_path):
     assert saved["output_similarity_metrics_val"]["mae"] == pytest.approx(result["output_similarity_metrics_val"]["mae"])
     calls = sorted(p.name for p in (tmp_path / "logs").iterdir() if p.is_dir())
     assert len(calls) == 2 and "_xquant_repr_" in calls[0] and "_xquant_val_" in calls[1]
-    acc = load(tmp_path / "logs" / calls[1] / "quantized_graph")
+    acc = load(tmp_path / "logs" / calls[1] / stage_run("quantized_graph"))
     assert acc.Graph() is not None
 
 

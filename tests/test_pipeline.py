@@ -17,7 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model_compression_toolkit.core.config import CoreConfig, DebugConfig, ResourceUtilization, TuningConfig
+from model_compression_toolkit.core.config import (
+    CoreConfig,
+    DebugConfig,
+    QuantizationConfig,
+    ResourceUtilization,
+    TuningConfig,
+)
 from model_compression_toolkit.pipeline.events import STAGES, NullObserver
 from model_compression_toolkit.pipeline.session import Session
 from model_compression_toolkit.pipeline.stages import quantize_in_stages
@@ -185,7 +191,10 @@ def test_tuning_that_misses_the_drop_returns_the_best_trial_with_the_fewest_floa
 
 # ------------------------------------------------------------------------ progress
 def test_progress_covers_statistics_thresholds_analysis_and_trials_with_totals_where_known():
-    s, observer = session(DebugConfig(analyze_similarity=True)), Recorder()
+    # 3-bit outputs: their own error is not negligible, so their output impact is measured
+    qc = QuantizationConfig(activation_n_bits=3)
+    config = resolve_config(CoreConfig(quantization_config=qc, debug_config=DebugConfig(analyze_similarity=True)), False)
+    s, observer = Session(model(), lambda: iter([[b] for b in BATCHES]), config, NumpyBackend()), Recorder()
     tune(s, observer, config=TuningConfig(max_drop=0.1, max_trials=3))
     steps = list(dict.fromkeys(p.step for p in observer.progress_events))
     assert steps[:4] == ["statistics", "thresholds", "similarity", "output impact"] and steps[-1] == "tuning"

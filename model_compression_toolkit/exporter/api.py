@@ -309,8 +309,8 @@ def _log(report: ExportReport) -> Path | None:
     from model_compression_toolkit.observers.log_folder import get_log_folder
 
     with observe_call(f"{report.model_name}_export", get_log_folder()) as call:
-        if call.folder is not None:
-            write_export(call.observer.writer, call.folder, report)
+        if call.board is not None:
+            write_export(call.board.writer, call.folder, report)
         _tell(report)  # into the call's mct.log too
         return call.folder
 

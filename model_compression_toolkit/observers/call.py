@@ -41,11 +41,14 @@ class CallLog:
         folder: the call folder (``info.log_folder``), or None when logging is off.
         observer: the observer the pipeline reports to.
         warnings: the warnings the observer showed (for ``info.warnings``).
+        board: the call folder's TensorBoard observer (for runs written outside the
+            pipeline's events, such as an export's), or None when logging is off.
     """
 
     folder: Path | None
     observer: Observer = field(default_factory=NullObserver)
     warnings: list[str] = field(default_factory=list)
+    board: TensorBoardObserver | None = None
 
 
 class _ThisCall(logging.Filter):
@@ -106,7 +109,7 @@ def _log_folder(name: str, root: Path | None, console: ConsoleProgress) -> Itera
         logger.addHandler(handler)
         call = CallLog(folder=folder)
         observer = TensorBoardObserver(folder, call.warnings)
-        call.observer = Fanout(observer, console)
+        call.observer, call.board = Fanout(observer, console), observer
         logger.info("quantization call %r logging to %s", name, folder)
         try:
             yield call

@@ -45,6 +45,7 @@ class ConsoleProgress:
                              leave=True, dynamic_ncols=True, mininterval=0.2)  # fmt: skip
         bar = self._bar
         if progress.step != self._step:
+            bar.refresh()  # the finished step's last count, before the line moves on
             self._step = progress.step
             bar.unit = unit
             bar.set_description_str(self._desc(progress), refresh=False)

@@ -21,6 +21,7 @@ def pytorch_post_training_quantization(
     target_resource_utilization: ResourceUtilization | None = None,
     core_config: CoreConfig | None = None,
     target_platform_capabilities: TargetPlatformCapabilities | None = None,
+    *,
     run_name: str | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """Quantize a trained ``torch.nn.Module`` after training (MCT's signature).
@@ -36,7 +37,7 @@ def pytorch_post_training_quantization(
         target_platform_capabilities: the platform to quantize for
             (`mct.get_target_platform_capabilities`); None: this library's defaults
             (8-bit symmetric per-channel weights, 8-bit symmetric activations).
-        run_name: a name for this call in TensorBoard's run names (its call folder is
+        run_name: (keyword only) a name for this call in TensorBoard's run names (its call folder is
             ``<model>_<run_name>_<time>``); by default, what differs from the default
             configuration (``w4``, ``float-5-out`` for a `KeepFloat` rule, ...).
 
@@ -56,6 +57,7 @@ def keras_post_training_quantization(
     target_resource_utilization: ResourceUtilization | None = None,
     core_config: CoreConfig | None = None,
     target_platform_capabilities: TargetPlatformCapabilities | None = None,
+    *,
     run_name: str | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """Quantize a trained Keras 3 model (Functional or Sequential) after training (MCT's signature).
@@ -86,6 +88,7 @@ def pytorch_tuned_post_training_quantization(
     tuning_config: TuningConfig | None = None,
     core_config: CoreConfig | None = None,
     target_platform_capabilities: TargetPlatformCapabilities | None = None,
+    *,
     run_name: str | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """PTQ that keeps the worst layers float until ``evaluate`` drops little enough.
@@ -117,6 +120,7 @@ def keras_tuned_post_training_quantization(
     tuning_config: TuningConfig | None = None,
     core_config: CoreConfig | None = None,
     target_platform_capabilities: TargetPlatformCapabilities | None = None,
+    *,
     run_name: str | None = None,
 ) -> tuple[Any, QuantizationInfo]:
     """The Keras version of `pytorch_tuned_post_training_quantization`.

@@ -74,7 +74,7 @@ def test_parity_and_summary_markdown():
 def test_write_export_round_trips_through_tensorboard(tmp_path):
     mct.set_log_folder(tmp_path)
     with observe_call("Net_export", get_log_folder()) as call:
-        write_export(call.observer.writer, call.folder, _report(_graph()))
+        write_export(call.board.writer, call.folder, _report(_graph()))
         folder = call.folder
     acc = load(folder / "onnx_fakely_quant")
     assert {n.op for n in acc.Graph().node} == {"Input", "QuantizeLinear", "QGemm"}
