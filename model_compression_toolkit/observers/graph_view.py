@@ -141,7 +141,7 @@ def in_short(node: Node, graph: Graph, kept_float: Mapping[str, str], similarity
             text += f", step {_g(step)}"
         parts.append(text)
     elif q.fused_into:
-        parts.append(f"output quantized after {q.fused_into!r}")
+        parts.append(f"output quantized after layer {q.fused_into}")
     elif node.name in kept_float:
         parts.append(f"kept in float ({kept_float[node.name]})")
     elif node.kind in VALUE_PRESERVING:

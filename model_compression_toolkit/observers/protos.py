@@ -17,6 +17,7 @@ import math
 import struct
 import sys
 import time
+import unicodedata
 from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import Any
@@ -80,8 +81,24 @@ def graph_node_names(graph: Graph) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- attr values
+# TensorBoard's graph viewer shows a string attribute as it stands between the quotes of the
+# served pbtxt, escapes included: ``after '5'`` showed as ``after \\'5\\'`` and a non-ASCII
+# character as octal bytes (``\\342\\211\\245``). Strings are written in the ASCII that
+# text_format leaves alone.
+_AS_SHOWN = str.maketrans({"'": "`", '"': "`", "\\": "/", "\n": " ", "\r": " ", "\t": " ", "≥": ">=", "≤": "<="})
+
+
+def shown_text(text: str) -> str:
+    """``text`` as the node panel can show it: quotes as backticks, a backslash as ``/``, line
+    breaks as spaces, accented letters without their accents, other non-ASCII as ``?``."""
+    decomposed = unicodedata.normalize("NFKD", text.translate(_AS_SHOWN))
+    ascii_only = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return ascii_only.encode("ascii", "replace").decode("ascii").translate(_AS_SHOWN)
+
+
 def attr_value(value: Any) -> attr_value_pb2.AttrValue:
-    """A plain Python value as an AttrValue: str, bool, int, float, or lists of them."""
+    """A plain Python value as an AttrValue: str, bool, int, float, or lists of them
+    (strings as `shown_text`)."""
     value = value.value if isinstance(value, Enum) else value
     value = value.tolist() if isinstance(value, (np.ndarray, np.generic)) else value
     AV, LV = attr_value_pb2.AttrValue, attr_value_pb2.AttrValue.ListValue  # noqa: N806
@@ -92,15 +109,15 @@ def attr_value(value: Any) -> attr_value_pb2.AttrValue:
     if isinstance(value, float):
         return AV(f=value)
     if isinstance(value, str):
-        return AV(s=value.encode("utf-8"))
+        return AV(s=shown_text(value).encode("utf-8"))
     if isinstance(value, (list, tuple)) and value:
         if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             return AV(list=LV(i=value))
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
             return AV(list=LV(f=value))
         if all(isinstance(v, str) for v in value):
-            return AV(list=LV(s=[v.encode("utf-8") for v in value]))
-    return AV(s=repr(value).encode("utf-8"))
+            return AV(list=LV(s=[shown_text(v).encode("utf-8") for v in value]))
+    return AV(s=shown_text(repr(value)).encode("utf-8"))
 
 
 def _legend_text(device: str) -> str:

@@ -206,7 +206,7 @@ def test_the_node_panel_lists_one_plain_line_first():
     fused.node("conv").quant = NodeQuantConfig(weights=fused.node("conv").quant.weights, fused_into="split",
                                                activation_float_reason="fused with the activation 'split'")
     attrs = graph_attrs(fused, make_memory(fused))["conv"]
-    assert attrs[tb.IN_SHORT] == "W8 per channel, output quantized after 'split'"
+    assert attrs[tb.IN_SHORT] == "W8 per channel, output quantized after layer split"
     assert attrs["quantization.activation.quantized_after"] == "split"
     assert not any("float_reason" in k for k in attrs)  # nothing of a fused conv is float
 
