@@ -78,7 +78,8 @@ def test_case_c_a_layer_given_too_few_bits_is_the_cause_and_gets_more(fw, traine
     """The second conv's weights at 2 bits (the user's `BitWidthConfig`): they are the first
     cause, and the fix gives them the fewest bits that make them harmless."""
     model, x_train, x_test, y_test = trained_digits
-    conv = "3" if fw.name == "pytorch" else "conv2d_1"
+    # Keras names the layer after the convs made before it in the process
+    conv = "3" if fw.name == "pytorch" else [layer.name for layer in model.layers if type(layer).__name__ == "Conv2D"][1]
     bits = mct.core.BitWidthConfig()
     bits.set_manual_weights_bit_width(mct.core.common.network_editors.NodeNameFilter(conv), 2)
     config = dataclasses.replace(ANALYZE, bit_width_config=bits)
