@@ -121,7 +121,7 @@ def main() -> None:
 
         report, q_model = reports[-1]
         backend = get_backend(model)
-        initial, _ = backend.read(model, batches[0][:1])
+        initial, _ = backend.read(model, [batches[0][:1]])
         plan = Comparison.of(initial, produced_graph(q_model))
         float_model = backend.build(initial, quantized=False, extra_outputs=plan.float_names)
         q = backend.build(produced_graph(q_model), quantized=True)

@@ -162,13 +162,7 @@ def _layers(
     tensors: dict[str, list[Any]] = {}
     for node in graph.nodes():
         if node.kind == OpKind.INPUT:
-            spec = node.payload or {  # an input made by the core: its shape and dtype are on the node
-                "batch_shape": node.output_shapes[0],
-                "dtype": node.attrs.get("dtype", "float32"),
-            }
-            outs = [
-                keras.Input(shape=spec["batch_shape"][1:], dtype=spec["dtype"], name=names.take(node.name))
-            ]
+            outs = [input_tensor(node, names)]
             inputs[node.name] = outs[0]
         else:
             args = [tensors[e.src][e.src_index] for e in graph.in_edges(node.name)]
@@ -246,6 +240,13 @@ def _init_keywords(cls: type) -> set[str] | None:
         return None
     return {n for n in params if n != "self"} | {"name", "trainable", "dtype", "autocast", "input_dim"}
 
+
+
+def input_tensor(node: Node, names: _Names) -> Any:
+    """The ``keras.Input`` of an input node (one made by the core has its shape and dtype
+    on the node)."""
+    spec = node.payload or {"batch_shape": node.output_shapes[0], "dtype": node.attrs.get("dtype", "float32")}
+    return keras.Input(shape=spec["batch_shape"][1:], dtype=spec["dtype"], name=names.take(node.name))
 
 def _call(
     node: Node,

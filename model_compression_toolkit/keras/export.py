@@ -155,13 +155,7 @@ def int8_model(graph: Graph) -> keras.Model:
     inputs: dict[str, Any] = {}
     for node in graph.nodes():
         if node.kind == OpKind.INPUT:
-            spec = node.payload or {
-                "batch_shape": node.output_shapes[0],
-                "dtype": node.attrs.get("dtype", "float32"),
-            }
-            outs = [
-                keras.Input(shape=spec["batch_shape"][1:], dtype=spec["dtype"], name=names.take(node.name))
-            ]
+            outs = [builder.input_tensor(node, names)]
             inputs[node.name] = outs[0]
         else:
             args = [tensors[e.src][e.src_index] for e in graph.in_edges(node.name)]

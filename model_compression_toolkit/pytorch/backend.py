@@ -83,17 +83,6 @@ class PytorchBackend:
         device = next((t.device for t in (*model.parameters(), *model.buffers())), torch.device("cpu"))
         with torch.no_grad():
             result = model(*(ops.as_tensor(x, device) for x in inputs))
-        flat: list[np.ndarray] = []
-        _flatten(result, flat)
-        return flat
+        return [ops.to_numpy(leaf) for leaf in ops.leaves(result)]
 
 
-def _flatten(value: Any, out: list[np.ndarray]) -> None:
-    if isinstance(value, (tuple, list)):
-        for v in value:
-            _flatten(v, out)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _flatten(v, out)
-    elif value is not None:
-        out.append(ops.to_numpy(value))

@@ -304,15 +304,6 @@ def write_torchscript(q_model: nn.Module, example: Sequence[np.ndarray], path: P
     ]
 
 
-def _flatten(value: Any, out: list) -> None:
-    if isinstance(value, (tuple, list)):
-        for v in value:
-            _flatten(v, out)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _flatten(v, out)
-    elif value is not None:
-        out.append(value)
 
 
 # ------------------------------------------------------------------ the deployments (`exporter.formats`)
@@ -422,9 +413,7 @@ class TorchScriptRuntime:
     def run(self, batch: Sequence[np.ndarray]) -> list[np.ndarray]:
         with torch.no_grad():
             result = self.model(*(ops.as_tensor(x) for x in batch))
-        flat: list[Any] = []
-        _flatten(result, flat)
-        return [ops.to_numpy(t) for t in flat]
+        return [ops.to_numpy(leaf) for leaf in ops.leaves(result)]
 
     def graph(self) -> None:
         return None

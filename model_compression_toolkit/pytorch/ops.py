@@ -213,6 +213,16 @@ def map_structure(value: Any, fn: Callable[[Any], Any]) -> Any:
     return fn(value)
 
 
+def leaves(value: Any) -> list[Any]:
+    """The leaves of nested tuples, lists and dicts, in order (None left out): a model's
+    outputs, however it nests them."""
+    if isinstance(value, (tuple, list)):
+        return [leaf for v in value for leaf in leaves(v)]
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in leaves(v)]
+    return [] if value is None else [value]
+
+
 def as_tensor(value: Any, device: torch.device | str = "cpu") -> torch.Tensor:
     """numpy / array-like -> tensor: floating values as float32, integers and bools kept."""
     if isinstance(value, torch.Tensor):
