@@ -163,16 +163,19 @@ def causes_markdown(report: SimilarityReport) -> str:
     to the model output: the first thing the Text dashboard shows."""
     causes = report.causes()
     if causes:
+        code = report.fix.code()
+        # the summary's lines after its title and the code shown above: what the fix costs and gives
+        effect = report.fix.summary().splitlines()[1 + len(code.splitlines()) :]
         head = [
             f"**{len(causes)} quantizer(s) damage the output on their own** (output SQNR with that quantizer "
             f"alone under {CAUSE_DB:g} dB, on {report.impact_samples} samples). Suggested fix, which "
             "`CoreConfig(keep_float=info.similarity.suggested_fix())` applies:",
             "",
             "```",
-            report.fix.code(),
+            code,
             "```",
             "",
-            report.fix.summary().split("\n", 1)[-1].strip().replace("\n  ", "; "),
+            "It " + "; ".join(line.strip() for line in effect) + ".",
         ]
     else:
         head = [f"**No quantizer damages the output on its own** (every output SQNR alone ≥ {CAUSE_DB:g} dB)."]

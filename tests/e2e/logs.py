@@ -20,6 +20,7 @@ from tests.tb import load, run_folders
 # Keras one with an outlier channel.
 CALLS = ("pytorch", "keras", "pytorch_outlier", "pytorch_fixed", "keras_outlier")
 RUN_NAMES = {"pytorch_outlier": "outlier", "keras_outlier": "outlier"}
+LOAD_TIMEOUT_S = 90.0
 
 
 @dataclass
@@ -93,3 +94,26 @@ def build_logs(log_folder: Path, calls: tuple[str, ...] = CALLS) -> dict[str, Lo
     finally:
         mct.set_log_folder(None)
     return logged
+
+
+def served_tags(board, plugin: str) -> dict[str, set[str]]:
+    """Run -> tags, as the plugin's /tags route lists them."""
+    return {run: set(tags) for run, tags in board.json(f"/data/plugin/{plugin}/tags").items()}
+
+
+def expected_tags(calls: dict[str, LoggedRun], kind: str) -> dict[str, set[str]]:
+    """Run -> tags of ``kind`` as TensorBoard's own EventAccumulator reads them from the files."""
+    return {run: set(tags) for logged in calls.values() for run, tags in logged.runs_with(kind).items()}
+
+
+def wait_until_served(board, calls: dict[str, LoggedRun], timeout_s: float = LOAD_TIMEOUT_S) -> None:
+    """Return once ``board`` serves every scalar, histogram, image and text tag the calls wrote
+    (TensorBoard answers before it has read every run)."""
+    from tests.e2e import browser
+
+    expected = {kind: expected_tags(calls, kind) for kind in ("scalars", "histograms", "images", "text")}
+    try:
+        browser.wait_for(lambda: all(served_tags(board, k) == tags for k, tags in expected.items()),
+                         timeout_s, "TensorBoard to load every run")  # fmt: skip
+    except TimeoutError as error:
+        raise TimeoutError(f"{error}; its output:\n{board.log_tail()}") from None

@@ -1,20 +1,23 @@
-"""Five PTQ calls in one log folder, served by TensorBoard, and cropped screenshots of it.
+"""The docs' screenshots: five PTQ calls in one log folder, served by TensorBoard, each
+picture cropped to the part of the page it is about.
 
-    digits CNNs (shipped weights) -> 5 PTQ calls into one log folder -> TensorBoard
-        -> headless Chromium -> <out_dir>/<shot>.png, each cropped to what it shows
+    shipped digits CNNs -> 5 PTQ calls (`tests.e2e.logs`) -> TensorBoard -> headless Chromium
+        -> <out_dir>/<shot>.png, cropped (and, for the overview, pieces set side by side)
 
 Run by hand (or `make screenshots`):
 
-    python -m tests.e2e.screenshots docs/_static/screenshots
+    python -m tests.e2e.screenshots docs/_static/screenshots [--only graph summary]
 
-The end-to-end tests read the same calls (`build_logs`) and drive the same shots (`SHOTS`).
+Every shot is of the PyTorch digits CNN with an outlier channel (`tests.fixtures.damage`),
+the case the debugging page walks through, or of the call that applies its suggested fix.
+`tests/e2e/test_screenshots.py` takes every shot and checks the docs show each one.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import os
+import re
 import sys
 import tempfile
 import time
@@ -23,271 +26,181 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.e2e import browser
+from tests.e2e import browser, pages
+from tests.e2e.logs import LoggedRun, build_logs, wait_until_served
 from tests.e2e.server import TensorBoard, tensorboard
-from tests.tb import run_folders
 
-DASHBOARD_TIMEOUT_S = 90.0
-SETTLE_S = 1.0  # charts and the graph animate into place after their data is there
-
-
-@dataclass
-class LoggedRun:
-    """One PTQ call's logs: `log_folder` is what TensorBoard serves, `run` the call's folder in it."""
-
-    framework: str
-    log_folder: Path
-    run: Path
-    info: Any = None
-    names: dict[str, str] | None = None  # the damaged layers, for the damaged calls
-
-    def name(self, *parts: str) -> str:
-        """A TensorBoard run name: the path below the log folder, e.g. `Sequential_<time>/5_quantized_graph`."""
-        return "/".join((self.run.relative_to(self.log_folder).as_posix(), *parts))
+SETTLE_S = 1.0  # charts animate into place after their data is there
+MARGIN_PX = 8
+GAP_PX = 16
+CASE = "pytorch_outlier"
 
 
-# ------------------------------------------------------------------------ the calls
-CALLS = ("pytorch", "keras", "pytorch_outlier", "pytorch_fixed", "keras_outlier")
-
-
-def build_logs(log_folder: Path, calls: tuple[str, ...] = CALLS) -> dict[str, LoggedRun]:
-    """The calls, logged one after the other into ``log_folder``: the digits CNN of each
-    framework, the PyTorch one with an outlier channel (`tests.fixtures.damage`), that
-    model again with its report's suggested fix (a call named by its KeepFloat rules),
-    and the Keras one with an outlier channel. Five calls of 8 runs: 40, the most
-    TensorBoard still selects by default."""
-    import model_compression_toolkit as mct
-    from tests.conftest import FRAMEWORKS
-    from tests.fixtures.damage import outlier_channel
-    from tests.fixtures.trained import load_trained
-    from tutorials.digits import representative_dataset
-
-    logged: dict[str, LoggedRun] = {}
-    mct.set_log_folder(log_folder)
-    try:
-        for key in calls:
-            framework = key.split("_")[0]
-            fw = FRAMEWORKS[framework]
-            x_train = fw.data()[0]
-            model, names, config = load_trained(framework), None, None
-            if key.endswith(("_outlier", "_fixed")):
-                model, names = outlier_channel(framework, model, x_train[:64])
-            if key.endswith("_fixed"):
-                config = mct.core.CoreConfig(keep_float=logged[f"{framework}_outlier"].info.similarity.suggested_fix())
-            before = set(run_folders(log_folder))
-            _, info = fw.ptq(model, representative_dataset(x_train), config)
-            (run,) = set(run_folders(log_folder)) - before
-            logged[key] = LoggedRun(framework, Path(log_folder), run, info, names)
-    finally:
-        mct.set_log_folder(None)
-    return logged
-
-
-# ------------------------------------------------------------------------ driving the dashboards
-def open_dashboard(driver, board: TensorBoard, fragment: str, expected: list[str]) -> str:
-    """Load ``#fragment`` afresh and wait until every string of ``expected`` is on the page."""
-    browser.open_page(driver, f"{board.url}/#{fragment}")
-    return browser.wait_for_text(driver, expected, DASHBOARD_TIMEOUT_S)
-
-
-def select_graph(driver, run: str, tag: str = "Default", color_by: str = "device") -> None:
-    """The Graphs dashboard on ``run`` (tag ``Default`` or ``Resources``), coloured by ``color_by``."""
-    controls = "tf-graph-controls"
-    names = browser.wait_for(
-        lambda: browser.call_on(driver, controls, "return (el.datasets || []).map(d => d.name);"),
-        DASHBOARD_TIMEOUT_S, "the graph runs",
-    )  # fmt: skip
-    browser.call_on(driver, controls, "el._selectedRunIndex = arguments[0];", names.index(run))
-    if tag != "Default":
-        tags = browser.call_on(driver, controls, "return el.datasets[el._selectedRunIndex].tags.map(t => t.tag);")
-        browser.call_on(driver, controls, "el._selectedTagIndex = arguments[0];", tags.index(tag))
-        browser.wait_for(lambda: browser.call_on(driver, controls, "return el.stats != null;"),
-                         DASHBOARD_TIMEOUT_S, f"the {tag} stats")  # fmt: skip
-    browser.call_on(driver, controls, "el.colorBy = arguments[0];", color_by)
-    browser.wait_for(lambda: browser.call_on(driver, controls, "return (el.colorByParams || {}).device ? 1 : 0;"),
-                     DASHBOARD_TIMEOUT_S, "the device colours")  # fmt: skip
-
-
-def select_node(driver, node: str) -> str:
-    """Open ``node``'s panel; its text."""
-    browser.wait_for(
-        lambda: browser.call_on(driver, "tf-graph-board", "el.selectedNode = arguments[0]; return true;", node),
-        DASHBOARD_TIMEOUT_S, "the graph board",
-    )  # fmt: skip
-    return browser.wait_for_text(driver, [node, "» in short"], DASHBOARD_TIMEOUT_S, selector="tf-node-info")
-
-
-def device_colours(driver) -> dict[str, str]:
-    """Device -> the colour "Color: Device" gives it (``rgb(r, g, b)``)."""
-    params = browser.call_on(driver, "tf-graph-controls", "return el.colorByParams.device;")
-    return {p["device"]: p["color"] for p in params}
-
-
-def legend(driver) -> list[str]:
-    """The device legend's entries, as the Graphs dashboard shows them."""
-    return [p["device"] for p in browser.call_on(driver, "tf-graph-controls", "return el._currentDeviceParams;")]
-
-
-def histogram_mode(driver, mode: str) -> None:
-    browser.wait_for(
-        lambda: browser.call_on(driver, "tf-histogram-dashboard", "el._histogramMode = arguments[0]; return true;", mode),
-        DASHBOARD_TIMEOUT_S, "the histogram dashboard",
-    )  # fmt: skip
-
-
-def plain_scalars(driver) -> None:
-    """Raw values: no smoothing and no outlier clipping, which hide an outlier channel."""
-    browser.wait_for(
-        lambda: browser.call_on(
-            driver, "tf-scalar-dashboard", "el._ignoreYOutliers = false; el._smoothingWeight = 0; return true;"
-        ),
-        DASHBOARD_TIMEOUT_S, "the scalar dashboard",
-    )  # fmt: skip
-
-
-def cards(driver, loader: str) -> list[dict]:
-    """Every card of kind ``loader`` on the page, in page order: run, tag, title and box."""
-    script = """
-    const out = [];
-    (function walk(n) {
-      if (n.nodeName === LOADER) {
-        const r = n.getBoundingClientRect();
-        const h = n.shadowRoot && n.shadowRoot.querySelector('tf-card-heading');
-        out.push({run: n.run, tag: n.tag, title: h ? h.displayName || '' : '',
-                  x: r.x, y: r.y, width: r.width, height: r.height});
-      }
-      if (n.shadowRoot) walk(n.shadowRoot);
-      for (const c of n.children || []) walk(c);
-    })(document.documentElement);
-    return out;
-    """.replace("LOADER", repr(loader.upper()))
-    return driver.execute_script(script)
-
-
-def on_card(driver, loader: str, run: str, tag: str, body: str) -> Any:
-    """Run ``body`` with ``el`` bound to the card of (run, tag) (shadow roots included)."""
-    script = f"""
-    const RUN = arguments[0], TAG = arguments[1];
-    let el = null;
-    (function walk(n) {{
-      if (!el && n.nodeName === {loader.upper()!r} && n.run === RUN && n.tag === TAG) el = n;
-      if (n.shadowRoot) walk(n.shadowRoot);
-      for (const c of n.children || []) walk(c);
-    }})(document.documentElement);
-    if (!el) return null;
-    {body}
-    """
-    return driver.execute_script(script, run, tag)
-
-
-def scroll_to(driver, loader: str, run: str, tag: str) -> None:
-    on_card(driver, loader, run, tag, "el.scrollIntoView({block: 'start'}); return true;")
-
-
-def element_box(driver, selector: str) -> dict:
-    return browser.call_on(driver, selector, "const r = el.getBoundingClientRect(); "
-                           "return {x: r.x, y: r.y, width: r.width, height: r.height};")  # fmt: skip
-
-
-# ------------------------------------------------------------------------ screenshots
-def save_cropped(driver, png_path: Path, boxes: list[dict], margin: int = 8) -> Path:
-    """A screenshot of the window cropped to the union of ``boxes`` (CSS pixels, the window's scale)."""
-    from PIL import Image
-
-    time.sleep(SETTLE_S)
-    image = Image.open(io.BytesIO(driver.get_screenshot_as_png())).convert("RGB")
-    scale = image.width / driver.execute_script("return window.innerWidth;")
+def crop(image, boxes: list[dict], margin: int = MARGIN_PX):
+    """``image`` (one pixel per CSS pixel) cropped to the union of ``boxes``."""
     left = max(0, min(b["x"] for b in boxes) - margin)
     top = max(0, min(b["y"] for b in boxes) - margin)
-    right = min(image.width / scale, max(b["x"] + b["width"] for b in boxes) + margin)
-    bottom = min(image.height / scale, max(b["y"] + b["height"] for b in boxes) + margin)
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    image.crop(tuple(round(v * scale) for v in (left, top, right, bottom))).save(png_path, optimize=True)
-    return png_path
+    right = min(image.width, max(b["x"] + b["width"] for b in boxes) + margin)
+    bottom = min(image.height, max(b["y"] + b["height"] for b in boxes) + margin)
+    return image.crop(tuple(round(v) for v in (left, top, right, bottom)))
+
+
+def side_by_side(images: list):
+    """Pictures set left to right on white, top-aligned."""
+    from PIL import Image
+
+    width = sum(i.width for i in images) + GAP_PX * (len(images) - 1)
+    out = Image.new("RGB", (width, max(i.height for i in images)), "white")
+    x = 0
+    for image in images:
+        out.paste(image, (x, 0))
+        x += image.width + GAP_PX
+    return out
+
+
+def snap(driver, boxes: list[dict]):
+    """The window, once settled, cropped to ``boxes``."""
+    time.sleep(SETTLE_S)
+    return crop(pages.screenshot(driver), boxes)
+
+
+def run_filter(*runs: str) -> str:
+    return "|".join(f"^{re.escape(r)}$" for r in runs)
+
+
+def card_boxes(driver, loader: str, runs: list[str], tag: str | None = None) -> list[dict]:
+    """The boxes of the cards of ``runs`` (and ``tag``), once they are there."""
+    return browser.wait_for(
+        lambda: [c for c in pages.cards(driver, loader) if c["run"] in runs and tag in (None, c["tag"])],
+        pages.DASHBOARD_TIMEOUT_S, f"the cards of {runs}",
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------ the shots
+def _open_graph(driver, board: TensorBoard, logged: LoggedRun, node: str):
+    browser.open_page(driver, f"{board.url}/#graphs")
+    pages.select_graph(driver, logged.name("5_quantized_graph"))
+    pages.select_node(driver, node)
+    shapes = pages.settled(driver)
+    return list(shapes.values()), pages.element_box(driver, "tf-node-info"), pages.element_box(driver, ".legend-holder")
+
+
+def overview(driver, board, logs) -> Any:
+    """The graph coloured by error, the cause's panel, the colour legend: the README's picture."""
+    logged = logs[CASE]
+    nodes, panel, legend = _open_graph(driver, board, logged, f"[{logged.names['activation']}]")
+    screen = (time.sleep(SETTLE_S), pages.screenshot(driver))[1]
+    legend["height"] = min(legend["height"], 170)  # the error classes; TensorBoard's own shapes follow
+    return side_by_side([crop(screen, [legend]), crop(screen, nodes), crop(screen, [panel])])
+
+
+def graph(driver, board, logs) -> Any:
+    """The quantized graph coloured by error, with the colour legend."""
+    logged = logs[CASE]
+    nodes, _, legend = _open_graph(driver, board, logged, f"[{logged.names['activation']}]")
+    screen = (time.sleep(SETTLE_S), pages.screenshot(driver))[1]
+    legend["height"] = min(legend["height"], 170)
+    return side_by_side([crop(screen, nodes), crop(screen, [legend])])
+
+
+def node_panel(driver, board, logs) -> Any:
+    """The panel of the outlier ReLU, the cause: ``» in short`` first."""
+    logged = logs[CASE]
+    _, panel, _ = _open_graph(driver, board, logged, f"[{logged.names['activation']}]")
+    return snap(driver, [panel])
+
+
+def runs(driver, board, logs) -> Any:
+    """The run list: two calls, named, their stages in pipeline order."""
+    shown = [logs[CASE], logs["pytorch_fixed"]]
+    pattern = "|".join(f"^{re.escape(logged.name(''))}" for logged in shown)
+    pages.open_dashboard(driver, board, pages.fragment("scalars", runs=pattern), [shown[0].name("5_quantized_graph")])
+    return snap(driver, [pages.element_box(driver, "tf-runs-selector")])
+
+
+def histograms(driver, board, logs) -> Any:
+    """The outlier ReLU's output, float (step 0) and quantized (step 1) in one card, for the
+    call with the outlier and the call with its fix."""
+    layer = logs[CASE].names["activation"]
+    shown = [logs[CASE].name("5_quantized_graph"), logs["pytorch_fixed"].name("5_quantized_graph")]
+    pages.open_dashboard(driver, board, pages.fragment("histograms", f"^{re.escape(layer)}$", run_filter(*shown)), shown)
+    pages.histogram_mode(driver, "overlay")
+    return snap(driver, card_boxes(driver, "tf-histogram-loader", shown, layer))
+
+
+def distributions(driver, board, logs) -> Any:
+    layer = logs[CASE].names["activation"]
+    shown = [logs[CASE].name("5_quantized_graph")]
+    pages.open_dashboard(driver, board, pages.fragment("distributions", f"^{re.escape(layer)}$", run_filter(*shown)),
+                         shown)  # fmt: skip
+    return snap(driver, card_boxes(driver, "tf-distribution-loader", shown, layer))
+
+
+def _image_cards(driver, board, run: str, tags: str, count: int) -> list[dict]:
+    pages.open_dashboard(driver, board, pages.fragment("images", tags, run_filter(run)), [run])
+    browser.wait_for_images(driver, pages.DASHBOARD_TIMEOUT_S)
+    return card_boxes(driver, "tf-image-loader", [run])[:count]
+
+
+def per_channel(driver, board, logs) -> Any:
+    """The outlier layer's picture (first: layers with outliers sort first) beside a healthy one."""
+    return snap(driver, _image_cards(driver, board, logs[CASE].name("4_thresholds_selection"), "^Per-channel", 2))
+
+
+def summary(driver, board, logs) -> Any:
+    return snap(driver, _image_cards(driver, board, logs[CASE].name("5_quantized_graph"), "0_summary", 1))
+
+
+def summary_fixed(driver, board, logs) -> Any:
+    return snap(driver, _image_cards(driver, board, logs["pytorch_fixed"].name("5_quantized_graph"), "0_summary", 1))
+
+
+def scalars(driver, board, logs) -> Any:
+    """The per-channel maxima of the outlier ReLU (step = channel), smoothing off, outliers not clipped."""
+    logged = logs[CASE]
+    layer, run = logged.names["activation"], logged.name("3_after_statistics_collection", "max_per_channel")
+    pages.open_dashboard(driver, board, pages.fragment("scalars", f"^{re.escape(layer)}$", run_filter(run),
+                                                       _smoothingWeight=0), [layer])  # fmt: skip
+    pages.plain_scalars(driver)
+    boxes = browser.wait_for(lambda: [c for c in pages.cards(driver, "tf-scalar-card") if c["tag"] == layer][:1],
+                             pages.DASHBOARD_TIMEOUT_S, "the scalar card")  # fmt: skip
+    return snap(driver, boxes)
+
+
+def causes(driver, board, logs) -> Any:
+    """The Text dashboard's similarity/causes: the quantizers to blame and the fix."""
+    run = logs[CASE].name("5_quantized_graph")
+    pages.open_dashboard(driver, board, pages.fragment("text", "^similarity/causes$", run_filter(run)), ["Suggested fix"])
+    return snap(driver, card_boxes(driver, "tf-text-loader", [run]))
 
 
 @dataclass(frozen=True)
 class Shot:
-    """One docs screenshot: how to bring the page there, and what to crop to."""
+    """One docs picture: ``take(driver, board, logs)`` brings the page there and returns the
+    cropped picture."""
 
     name: str
-    take: Callable[[Any, TensorBoard, dict[str, LoggedRun], Path], Path]
+    take: Callable[[Any, TensorBoard, dict[str, LoggedRun]], Any]
 
 
-def _graph(driver, board, logs, out: Path) -> Path:
-    logged = logs["pytorch_outlier"]
-    open_dashboard(driver, board, "graphs", [])
-    select_graph(driver, logged.name("5_quantized_graph"))
-    select_node(driver, f"[{logged.names['activation']}]")
-    boxes = [element_box(driver, "tf-graph-board"), element_box(driver, ".legend-holder")]
-    return save_cropped(driver, out, boxes)
-
-
-def _histograms(driver, board, logs, out: Path) -> Path:
-    logged = logs["pytorch_outlier"]
-    layer = logged.names["activation"]
-    open_dashboard(driver, board, f"histograms&tagFilter=^{layer}$", [logged.name("5_quantized_graph")])
-    histogram_mode(driver, "overlay")
-    boxes = [c for c in cards(driver, "tf-histogram-loader") if c["run"].startswith(logged.run.name)]
-    return save_cropped(driver, out, boxes)
-
-
-def _distributions(driver, board, logs, out: Path) -> Path:
-    logged = logs["pytorch_outlier"]
-    layer = logged.names["activation"]
-    open_dashboard(driver, board, f"distributions&tagFilter=^{layer}$", [logged.name("5_quantized_graph")])
-    boxes = [c for c in cards(driver, "tf-distribution-loader") if c["run"].startswith(logged.run.name)]
-    return save_cropped(driver, out, boxes)
-
-
-def _summary(driver, board, logs, out: Path) -> Path:
-    logged = logs["pytorch_outlier"]
-    open_dashboard(driver, board, "images&tagFilter=0_summary", [logged.name("5_quantized_graph")])
-    browser.wait_for_images(driver, DASHBOARD_TIMEOUT_S)
-    box = [c for c in cards(driver, "tf-image-loader") if c["run"] == logged.name("5_quantized_graph")]
-    return save_cropped(driver, out, box)
-
-
-def _per_channel(driver, board, logs, out: Path) -> Path:
-    logged = logs["pytorch_outlier"]
-    run = logged.name("4_thresholds_selection")
-    open_dashboard(driver, board, "images&tagFilter=Per-channel ranges/00[12]_", [run])
-    browser.wait_for_images(driver, DASHBOARD_TIMEOUT_S)
-    boxes = [c for c in cards(driver, "tf-image-loader") if c["run"] == run]
-    return save_cropped(driver, out, boxes)
-
-
-def _scalars(driver, board, logs, out: Path) -> Path:
-    logged = logs["pytorch_outlier"]
-    layer = logged.names["activation"]
-    open_dashboard(driver, board, f"scalars&tagFilter=^{layer}$&_smoothingWeight=0", [layer])
-    plain_scalars(driver)
-    boxes = [c for c in cards(driver, "tf-scalar-card") if c["tag"] == layer][:1]
-    return save_cropped(driver, out, boxes or [element_box(driver, "tf-scalar-card")])
-
-
-def _causes(driver, board, logs, out: Path) -> Path:
-    logged = logs["pytorch_outlier"]
-    open_dashboard(driver, board, "text&tagFilter=similarity/causes", ["Suggested fix"])
-    box = [c for c in cards(driver, "tf-text-loader") if c["run"] == logged.name("5_quantized_graph")]
-    return save_cropped(driver, out, box)
-
-
-def _runs(driver, board, logs, out: Path) -> Path:
-    open_dashboard(driver, board, "scalars", ["5_quantized_graph"])
-    return save_cropped(driver, out, [element_box(driver, "tf-runs-selector")])
-
-
-SHOTS = (
-    Shot("graphs", _graph),
-    Shot("histograms", _histograms),
-    Shot("distributions", _distributions),
-    Shot("images", _summary),
-    Shot("per_channel", _per_channel),
-    Shot("scalars", _scalars),
-    Shot("text", _causes),
-    Shot("runs", _runs),
+SHOTS = tuple(
+    Shot(f.__name__, f)
+    for f in (overview, graph, node_panel, runs, histograms, distributions, per_channel, summary, summary_fixed,
+              scalars, causes)  # fmt: skip
 )
+
+
+def take_all(driver, board, logs, out_dir: Path, only: list[str] | None = None) -> list[Path]:
+    """Take the shots (all, or ``only`` these) into ``out_dir/<shot>.png``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for shot in SHOTS:
+        if only and shot.name not in only:
+            continue
+        path = out_dir / f"{shot.name}.png"
+        shot.take(driver, board, logs).save(path, optimize=True)
+        written.append(path)
+    return written
 
 
 # ------------------------------------------------------------------------ by hand
@@ -303,10 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mct_screenshots_") as tmp:
         logs = build_logs(Path(tmp))
         with tensorboard(Path(tmp)) as board, browser.chromium() as driver:
-            for shot in SHOTS:
-                if args.only and shot.name not in args.only:
-                    continue
-                print(shot.take(driver, board, logs, args.out_dir / f"{shot.name}.png"))
+            wait_until_served(board, logs)
+            for path in take_all(driver, board, logs, args.out_dir, args.only):
+                print(path)
     return 0
 
 

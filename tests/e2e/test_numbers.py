@@ -66,3 +66,19 @@ def test_the_fix_costs_what_the_report_said_it_would(calls):
     fixed = calls["pytorch_fixed"].info.memory
     assert report["weights_bytes_after"] == fixed.weights_quantized_bytes
     assert report["activation_bytes_after"] == fixed.activation_quantized_bytes
+
+
+@pytest.mark.parametrize("key", ["pytorch_outlier", "keras_outlier"])
+def test_the_causes_card_prices_the_fix_in_the_sizes_of_the_json_report(board, calls, driver, key):
+    """The Text dashboard's similarity/causes shows the fix's code once, then what it costs:
+    the weights before and after as the JSON report gives them."""
+    logged = calls[key]
+    run = logged.name("5_quantized_graph")
+    fix = json.loads((logged.run / "similarity_report.json").read_text())["suggested_fix"]
+    pages.open_dashboard(driver, board, pages.fragment("text", "^similarity/causes$", f"^{re.escape(run)}$"), [run])
+    text = browser.wait_for(lambda: pages.card_text(driver, "tf-text-loader", run, "similarity/causes"),
+                            pages.DASHBOARD_TIMEOUT_S, "the causes card")  # fmt: skip
+    first_line = fix["code"].splitlines()[0]
+    assert text.count(first_line) == 1, text
+    before, after = (format_bytes(fix[f"weights_bytes_{when}"]) for when in ("before", "after"))
+    assert f"({before.removesuffix(' KiB')} -> {after})" in text, (before, after, text)
