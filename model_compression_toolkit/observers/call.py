@@ -48,6 +48,18 @@ class CallLog:
     warnings: list[str] = field(default_factory=list)
 
 
+class CallObserver(Fanout):
+    """A logged call's observers: its TensorBoard observer, then its console display.
+
+    ``writer(run_name)`` opens a run in the call folder, as `TensorBoardObserver.writer`
+    (the exporter writes its runs with it).
+    """
+
+    def __init__(self, tensorboard: TensorBoardObserver, console: ConsoleProgress) -> None:
+        super().__init__(tensorboard, console)
+        self.writer = tensorboard.writer
+
+
 class _ThisCall(logging.Filter):
     """Passes the records logged inside one call (in its thread or task) only."""
 
@@ -106,7 +118,7 @@ def _log_folder(name: str, root: Path | None, console: ConsoleProgress) -> Itera
         logger.addHandler(handler)
         call = CallLog(folder=folder)
         observer = TensorBoardObserver(folder, call.warnings)
-        call.observer = Fanout(observer, console)
+        call.observer = CallObserver(observer, console)
         logger.info("quantization call %r logging to %s", name, folder)
         try:
             yield call
