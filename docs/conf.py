@@ -21,6 +21,8 @@ autodoc_member_order = "bysource"
 napoleon_google_docstring = True
 exclude_patterns = ["_build"]
 html_theme = "alabaster"
+# wide enough for the cropped TensorBoard screenshots at their own size (up to about 1000 px)
+html_theme_options = {"page_width": "1280px", "body_max_width": "none"}
 html_static_path = ["_static"] if os.path.isdir(os.path.join(HERE, "_static")) else []
 nitpicky = False
 
@@ -28,21 +30,19 @@ SCREENSHOTS = os.path.join(HERE, "_static", "screenshots")
 
 
 class Screenshot(Figure):
-    """``.. screenshot:: graphs``: a figure of a TensorBoard screenshot from ``make screenshots``.
-
-    Uses ``_static/screenshots/<name>.png``, else ``pytorch_<name>.png``, else
-    ``keras_<name>.png``; the directive's content is the caption. When none exists, the
-    page gets an HTML comment instead (no image, no caption), so the build stays free of
-    warnings; the text around each screenshot describes what it shows.
+    """``.. screenshot:: graph``: a figure of a cropped TensorBoard screenshot from
+    ``make screenshots`` (``_static/screenshots/<name>.png``, shown at its own size); the
+    directive's content is the caption. When the file is missing, the page gets an HTML
+    comment instead (no image, no caption), so the build stays free of warnings; the text
+    around each screenshot describes what it shows.
     """
 
     def run(self):
         name = self.arguments[0]
-        for candidate in (f"{name}.png", f"pytorch_{name}.png", f"keras_{name}.png"):
-            if os.path.isfile(os.path.join(SCREENSHOTS, candidate)):
-                self.arguments[0] = f"/_static/screenshots/{candidate}"
-                self.options.setdefault("alt", f"TensorBoard: {name}")
-                return super().run()
+        if os.path.isfile(os.path.join(SCREENSHOTS, f"{name}.png")):
+            self.arguments[0] = f"/_static/screenshots/{name}.png"
+            self.options.setdefault("alt", f"TensorBoard: {name}")
+            return super().run()
         return [nodes.comment("", f"screenshot {name!r}: run `make screenshots` to add it")]
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.e2e import browser
 from tests.tb import load, run_folders
 
 # The calls, in the order they are made: each framework's digits CNN, the PyTorch one with an
@@ -109,8 +110,6 @@ def expected_tags(calls: dict[str, LoggedRun], kind: str) -> dict[str, set[str]]
 def wait_until_served(board, calls: dict[str, LoggedRun], timeout_s: float = LOAD_TIMEOUT_S) -> None:
     """Return once ``board`` serves every scalar, histogram, image and text tag the calls wrote
     (TensorBoard answers before it has read every run)."""
-    from tests.e2e import browser
-
     expected = {kind: expected_tags(calls, kind) for kind in ("scalars", "histograms", "images", "text")}
     try:
         browser.wait_for(lambda: all(served_tags(board, k) == tags for k, tags in expected.items()),

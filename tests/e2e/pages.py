@@ -173,10 +173,6 @@ def drawn(driver, dashboard: str) -> int:
     """)  # fmt: skip
 
 
-def scroll_to(driver, loader: str, run: str, tag: str) -> None:
-    on_card(driver, loader, run, tag, "el.scrollIntoView({block: 'start'}); return true;")
-
-
 def element_box(driver, selector: str) -> dict:
     """The box of the first ``selector`` match (CSS pixels, relative to the window)."""
     return browser.call_on(driver, selector, "const r = el.getBoundingClientRect(); "

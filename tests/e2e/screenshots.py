@@ -77,37 +77,43 @@ def card_boxes(driver, loader: str, runs: list[str], tag: str | None = None) -> 
 
 
 # ------------------------------------------------------------------------ the shots
+LEGEND_PX = 173  # the legend's error classes; TensorBoard's own shape legend follows
+
+
 def _open_graph(driver, board: TensorBoard, logged: LoggedRun, node: str):
+    """The quantized graph coloured by error with ``node``'s panel open: the window, and the
+    boxes of the drawn graph (labels included), the panel and the colour legend."""
     browser.open_page(driver, f"{board.url}/#graphs")
     pages.select_graph(driver, logged.name("5_quantized_graph"))
     pages.select_node(driver, node)
-    shapes = pages.settled(driver)
-    return list(shapes.values()), pages.element_box(driver, "tf-node-info"), pages.element_box(driver, ".legend-holder")
+    pages.settled(driver)
+    time.sleep(SETTLE_S)
+    legend = pages.element_box(driver, ".legend-holder")
+    legend["height"] = LEGEND_PX
+    boxes = {"graph": pages.element_box(driver, "g.nodes"), "panel": pages.element_box(driver, "tf-node-info"),
+             "legend": legend}  # fmt: skip
+    return pages.screenshot(driver), boxes
 
 
 def overview(driver, board, logs) -> Any:
     """The graph coloured by error, the cause's panel, the colour legend: the README's picture."""
     logged = logs[CASE]
-    nodes, panel, legend = _open_graph(driver, board, logged, f"[{logged.names['activation']}]")
-    screen = (time.sleep(SETTLE_S), pages.screenshot(driver))[1]
-    legend["height"] = min(legend["height"], 170)  # the error classes; TensorBoard's own shapes follow
-    return side_by_side([crop(screen, [legend]), crop(screen, nodes), crop(screen, [panel])])
+    screen, boxes = _open_graph(driver, board, logged, f"[{logged.names['activation']}]")
+    return side_by_side([crop(screen, [boxes["graph"]]), crop(screen, [boxes["panel"]]), crop(screen, [boxes["legend"]], 0)])
 
 
 def graph(driver, board, logs) -> Any:
     """The quantized graph coloured by error, with the colour legend."""
     logged = logs[CASE]
-    nodes, _, legend = _open_graph(driver, board, logged, f"[{logged.names['activation']}]")
-    screen = (time.sleep(SETTLE_S), pages.screenshot(driver))[1]
-    legend["height"] = min(legend["height"], 170)
-    return side_by_side([crop(screen, nodes), crop(screen, [legend])])
+    screen, boxes = _open_graph(driver, board, logged, f"[{logged.names['activation']}]")
+    return side_by_side([crop(screen, [boxes["graph"]]), crop(screen, [boxes["legend"]], 0)])
 
 
 def node_panel(driver, board, logs) -> Any:
     """The panel of the outlier ReLU, the cause: ``» in short`` first."""
     logged = logs[CASE]
-    _, panel, _ = _open_graph(driver, board, logged, f"[{logged.names['activation']}]")
-    return snap(driver, [panel])
+    screen, boxes = _open_graph(driver, board, logged, f"[{logged.names['activation']}]")
+    return crop(screen, [boxes["panel"]])
 
 
 def runs(driver, board, logs) -> Any:
@@ -119,21 +125,31 @@ def runs(driver, board, logs) -> Any:
 
 
 def histograms(driver, board, logs) -> Any:
-    """The outlier ReLU's output, float (step 0) and quantized (step 1) in one card, for the
-    call with the outlier and the call with its fix."""
-    layer = logs[CASE].names["activation"]
-    shown = [logs[CASE].name("5_quantized_graph"), logs["pytorch_fixed"].name("5_quantized_graph")]
+    """The outlier ReLU's output in one card per stage: float (step 0) and through its grid at
+    4_thresholds_selection, float and quantized model at 5_quantized_graph (step 1)."""
+    logged = logs[CASE]
+    layer = logged.names["activation"]
+    shown = [logged.name("4_thresholds_selection"), logged.name("5_quantized_graph")]
     pages.open_dashboard(driver, board, pages.fragment("histograms", f"^{re.escape(layer)}$", run_filter(*shown)), shown)
     pages.histogram_mode(driver, "overlay")
-    return snap(driver, card_boxes(driver, "tf-histogram-loader", shown, layer))
+    return snap(driver, card_boxes(driver, "tf-histogram-loader", shown, layer)[:2])
 
 
 def distributions(driver, board, logs) -> Any:
-    layer = logs[CASE].names["activation"]
-    shown = [logs[CASE].name("5_quantized_graph")]
-    pages.open_dashboard(driver, board, pages.fragment("distributions", f"^{re.escape(layer)}$", run_filter(*shown)),
-                         shown)  # fmt: skip
-    return snap(driver, card_boxes(driver, "tf-distribution-loader", shown, layer))
+    """The outlier ReLU and the next one, float (step 0) to quantized (step 1)."""
+    logged = logs[CASE]
+    layers = [logged.names["activation"], _next_activation(logged)]
+    shown = [logged.name("5_quantized_graph")]
+    tags = "|".join(f"^{re.escape(t)}$" for t in layers)
+    pages.open_dashboard(driver, board, pages.fragment("distributions", tags, run_filter(*shown)), shown)
+    return snap(driver, card_boxes(driver, "tf-distribution-loader", shown)[:2])
+
+
+def _next_activation(logged: LoggedRun) -> str:
+    """The compare point after the outlier's: where the damage shows first."""
+    layers = sorted(logged.info.similarity.layers, key=lambda la: la.position)
+    names = [la.name for la in layers]
+    return names[names.index(logged.names["activation"]) + 1]
 
 
 def _image_cards(driver, board, run: str, tags: str, count: int) -> list[dict]:
@@ -171,7 +187,7 @@ def causes(driver, board, logs) -> Any:
     """The Text dashboard's similarity/causes: the quantizers to blame and the fix."""
     run = logs[CASE].name("5_quantized_graph")
     pages.open_dashboard(driver, board, pages.fragment("text", "^similarity/causes$", run_filter(run)), ["Suggested fix"])
-    return snap(driver, card_boxes(driver, "tf-text-loader", [run]))
+    return snap(driver, card_boxes(driver, "tf-text-loader", [run])[:1])
 
 
 @dataclass(frozen=True)
