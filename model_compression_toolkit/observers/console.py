@@ -11,6 +11,7 @@ The pipeline reports `Progress` events; this observer is the only one that draws
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -72,5 +73,5 @@ class ConsoleProgress:
         elapsed = time.perf_counter() - self.start
         line = f"{self.name}: {'failed after' if failed else 'done in'} {elapsed:.1f} s"
         if folder is not None:
-            line += f"; to see this call: tensorboard --logdir {folder}"
+            line += f"; to see this call: tensorboard --logdir {shlex.quote(str(folder))}"  # a path with spaces too
         print(line, file=self.stream or sys.stderr, flush=True)

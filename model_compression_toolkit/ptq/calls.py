@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,7 @@ def _finish(info: QuantizationInfo, session: Session, call: CallLog) -> Quantiza
         format_bytes(info.memory.weights_quantized_bytes),
         info.counts.quantized,
         info.counts.kept_float,
-        f"; to see this call alone: tensorboard --logdir {call.folder}" if call.folder else "",
+        f"; to see this call alone: tensorboard --logdir {shlex.quote(str(call.folder))}" if call.folder else "",
     )
     return info
 

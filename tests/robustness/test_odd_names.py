@@ -134,3 +134,21 @@ def test_a_torch_module_name_with_a_backslash_is_quantized(tmp_path):
     np.testing.assert_allclose(got, expected, atol=0.05 * np.abs(expected).max())
     (run,) = run_folders(tmp_path)
     assert name in load(run / stage_run("thresholds_selection")).Tags()["histograms"]
+
+
+def test_the_closing_line_opens_a_call_folder_whose_path_has_spaces(fw, tmp_path, capsys):
+    """The ``tensorboard --logdir`` line a call ends with, on the console and in mct.log,
+    runs as it is in a shell even when the log folder's path has a space."""
+    import shlex
+
+    from tests.robustness.helpers import small_mlp
+
+    logs = tmp_path / "my logs"
+    mct.set_log_folder(logs)
+    x = np.random.default_rng(0).standard_normal((8, 6)).astype(np.float32)
+    _, info = fw.ptq(small_mlp(fw), lambda: [[x]])
+    console = capsys.readouterr().err.splitlines()[-1]
+    logged = (info.log_folder / "mct.log").read_text(encoding="utf-8").splitlines()[-1]
+    for line in (console, logged):
+        command = shlex.split(line.split("this call", 1)[1].split(":", 1)[1])
+        assert command == ["tensorboard", "--logdir", str(info.log_folder)], line
