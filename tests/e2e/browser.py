@@ -38,7 +38,8 @@ function find(root, selector) {
   return null;
 }
 """
-_TEXT = """
+# text(root): the text shown under root, shadow roots included, styles left out
+TEXT_JS = """
 function text(root) {
   const out = [];
   (function walk(n) {
@@ -113,7 +114,7 @@ def open_page(driver, url: str) -> None:
 def deep_text(driver, selector: str | None = None) -> str:
     """The text of the page (or of the first `selector` match), shadow roots included."""
     return driver.execute_script(
-        _FIND + _TEXT + "const root = arguments[0] ? find(document, arguments[0]) : document.documentElement;"
+        _FIND + TEXT_JS + "const root = arguments[0] ? find(document, arguments[0]) : document.documentElement;"
         "return root ? text(root) : '';",
         selector,
     )

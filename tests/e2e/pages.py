@@ -88,16 +88,7 @@ def on_card(driver, loader: str, run: str, tag: str, body: str) -> Any:
 
 def card_text(driver, loader: str, run: str, tag: str) -> str | None:
     """The text a card shows (shadow roots included, styles left out), or None if absent."""
-    return on_card(driver, loader, run, tag, """
-    const out = [];
-    (function walk(n) {
-      if (n.nodeType === Node.TEXT_NODE) { out.push(n.textContent); return; }
-      if (n.nodeName === 'STYLE' || n.nodeName === 'SCRIPT') return;
-      if (n.shadowRoot) walk(n.shadowRoot);
-      for (const c of n.childNodes) walk(c);
-    })(el);
-    return out.join(' ').replace(/\\s+/g, ' ');
-    """)  # fmt: skip
+    return on_card(driver, loader, run, tag, browser.TEXT_JS + "return text(el);")
 
 
 def card_rows(driver, loader: str, run: str, tag: str) -> list[list[str]]:
