@@ -19,12 +19,12 @@ from typing import IO
 
 from tqdm.auto import tqdm
 
-from model_compression_toolkit.core.tuning import TuningResult
-from model_compression_toolkit.pipeline.events import Progress, StageReport, TrialReport
+from model_compression_toolkit.pipeline.events import NullObserver, Progress
 
 
-class ConsoleProgress:
-    """The progress display of one call named ``name`` (the model's name).
+class ConsoleProgress(NullObserver):
+    """The progress display of one call named ``name`` (the model's name); every other
+    event it ignores (`NullObserver`).
 
     Args:
         name: what the display is about (the model's name).
@@ -55,15 +55,6 @@ class ConsoleProgress:
 
     def _desc(self, progress: Progress) -> str:
         return f"{self.name}: {progress.step}"
-
-    def stage_finished(self, report: StageReport) -> None:
-        pass
-
-    def trial_finished(self, report: TrialReport) -> None:
-        pass
-
-    def tuning_finished(self, result: TuningResult) -> None:
-        pass
 
     def close(self, folder: Path | None = None, failed: bool = False) -> None:
         """End the display with one line: how long the call took and how to see its logs."""
