@@ -242,14 +242,20 @@ def output_step(graph: Graph, name: str) -> float | None:
 
 
 def output_names(graph: Graph) -> list[str]:
-    """One unique name per graph output: the layer producing it (``<layer>_<k>`` for its output k > 0)."""
-    names: list[str] = []
+    """One unique name per graph output: the layer producing it (``<layer>_<k>`` for its output k > 0).
+
+    A name is never an input's: a file names each tensor once, so an input that is also an
+    output (``x -> quantize -> output``) has its output called ``x_1``; an output listed
+    twice is ``y`` and ``y_1``.
+    """
+    taken, names = set(graph.inputs), []
     for name, index in graph.outputs:
         base = name if index == 0 else f"{name}_{index}"
         candidate, k = base, 1
-        while candidate in names:
+        while candidate in taken:
             candidate, k = f"{base}_{k}", k + 1
         names.append(candidate)
+        taken.add(candidate)
     return names
 
 

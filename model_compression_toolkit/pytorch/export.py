@@ -34,7 +34,6 @@ from model_compression_toolkit.core.deploy import (
     integer_values,
     needs_16_bits,
     onnx_problems,
-    output_names,
     stored_grid,
 )
 from model_compression_toolkit.core.export_report import ExportedGraph
@@ -248,10 +247,10 @@ def write_onnx(
     batch = torch.export.Dim("batch")
     dynamic = tuple({0: batch} if a.dim() > 0 else None for a in args)
     try:
-        program = _export(model, args, opset, dynamic, input_names(graph), output_names(graph))
+        program = _export(model, args, opset, dynamic, input_names(graph))
     except Exception:  # noqa: BLE001 - e.g. a model whose batch size is fixed in its code: try without
         try:
-            program = _export(model, args, opset, None, input_names(graph), output_names(graph))
+            program = _export(model, args, opset, None, input_names(graph))
         except Exception as err:  # noqa: BLE001 - torch.export's and the ONNX translation's many error types
             raise ExportError(
                 f"torch.onnx.export could not export the quantized model: {_first_line(err)}"
@@ -274,14 +273,14 @@ def _at_least_two(example: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [np.concatenate([x, x]) if np.ndim(x) > 0 and len(x) == 1 else x for x in example]
 
 
-def _export(
-    model: nn.Module, args: tuple, opset: int, dynamic: Any, inputs: list[str], outputs: list[str]
-) -> Any:
+def _export(model: nn.Module, args: tuple, opset: int, dynamic: Any, inputs: list[str]) -> Any:
+    """``torch.onnx.export`` of ``model``; the outputs are named afterwards (`onnx_model.name_outputs`),
+    as the exporter's own renaming can give two tensors one name."""
     with warnings.catch_warnings(), _quiet_onnx_logging():
         warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning, UserWarning))
         return torch.onnx.export(
             model, args, dynamo=True, opset_version=opset, dynamic_shapes=dynamic, input_names=inputs,
-            output_names=outputs, custom_translation_table=onnx_translations(), verbose=False, report=False,
+            custom_translation_table=onnx_translations(), verbose=False, report=False,
         )  # fmt: skip
 
 
@@ -302,8 +301,6 @@ def write_torchscript(q_model: nn.Module, example: Sequence[np.ndarray], path: P
     return [
         "TorchScript (torch.jit) is deprecated by PyTorch in favour of torch.export; prefer ONNX to deploy"
     ]
-
-
 
 
 # ------------------------------------------------------------------ the deployments (`exporter.formats`)

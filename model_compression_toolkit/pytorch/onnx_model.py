@@ -21,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from model_compression_toolkit.core.deploy import output_names
 from model_compression_toolkit.core.export_report import ExportedGraph, ExportedOp, ExportedTensor
 from model_compression_toolkit.core.graph import Graph
+from model_compression_toolkit.errors import ExportError
 
 BIAS_OPS = {"Conv": 0, "ConvTranspose": 1, "Gemm": None}  # op -> output-channel axis of its weight
 TWO_GIB = 2**31 - 1
@@ -37,6 +39,7 @@ def finish(model: Any, path: Path, graph: Graph) -> dict[str, float]:
     """
     import onnx
 
+    name_outputs(model, output_names(graph))
     figures = quantize_biases(model)
     model.producer_name = "model_compression_toolkit"
     model.producer_version = _version()
@@ -52,6 +55,69 @@ def finish(model: Any, path: Path, graph: Graph) -> dict[str, float]:
     else:
         onnx.save_model(model, str(path))
     return figures
+
+
+def name_outputs(model: Any, names: list[str]) -> None:
+    """Give the graph's outputs ``names``, in place, each tensor still named once (SSA).
+
+    ``torch.onnx.export`` names each tensor after the op that made it (``cat``, ``cat_18``)
+    and, given ``output_names``, renames the outputs without looking at the other names, so
+    a model whose output is called ``cat`` while an inner concat is ``cat`` too is
+    invalid. Here the names are given afterwards:
+
+        1. any tensor already holding one of ``names`` is moved aside (``cat__1``);
+        2. each output takes its name; an output that is a graph input, or one listed a
+           second time, gets it through an ``Identity``::
+
+               x -> ... -> output "x_1"        becomes   x -> Identity -> "x_1"
+    """
+    graph = model.graph
+    if len(graph.output) != len(names):
+        raise ExportError(
+            f"the exported ONNX graph has {len(graph.output)} outputs, the quantized model {len(names)}; "
+            "this is a bug in the library: please report it."
+        )
+    inputs = {i.name for i in graph.input}
+    used = inputs | {i.name for i in graph.initializer} | {o for n in graph.node for o in n.output}
+    used |= {o.name for o in graph.output}
+    for want in dict.fromkeys(names):
+        if want in used and want not in inputs:
+            fresh, k = f"{want}__1", 1
+            while fresh in used or fresh in names:
+                k += 1
+                fresh = f"{want}__{k}"
+            _rename(graph, want, fresh)
+            used.add(fresh)
+    named: set[str] = set()
+    for out, want in zip(graph.output, names):
+        current = out.name
+        if current == want:
+            named.add(want)
+            continue
+        if current in inputs or current in named:
+            graph.node.append(_identity(current, want))
+            out.name = want
+        else:
+            _rename(graph, current, want)
+        named.add(want)
+
+
+def _rename(graph: Any, old: str, new: str) -> None:
+    """Tensor ``old`` called ``new`` wherever the graph names it (no subgraphs: the exporter writes none)."""
+    for node in graph.node:
+        for names in (node.input, node.output):
+            for i, name in enumerate(names):
+                if name == old:
+                    names[i] = new
+    for info in [*graph.output, *graph.value_info, *graph.initializer]:
+        if info.name == old:
+            info.name = new
+
+
+def _identity(src: str, dst: str) -> Any:
+    from onnx import helper
+
+    return helper.make_node("Identity", [src], [dst], name=f"{dst}_identity")
 
 
 def _constants(model: Any) -> dict[str, np.ndarray]:
