@@ -35,6 +35,9 @@ _BY_NAME: dict[str, tuple[OpKind, str | None]] = {
     "mul": (OpKind.MUL, None),
     **{name: (OpKind.ELEMENTWISE, None) for name in ("div", "neg", "pow", "sqrt", "rsqrt", "exp", "maximum")},
     "minimum": (OpKind.ELEMENTWISE, None),
+    **{name: (OpKind.ELEMENTWISE, None) for name in ("clamp", "clip")},  # constant bounds: `ops.call_entry`
+    "prelu": (OpKind.ACTIVATION, "prelu"),
+    "_prelu_kernel": (OpKind.ACTIVATION, "prelu"),
     "cat": (OpKind.CONCAT, None),
     "stack": (OpKind.CONCAT, None),
     **{name: (OpKind.MATMUL, None) for name in ("matmul", "bmm", "mm", "einsum")},

@@ -1,9 +1,12 @@
 """Capture a model's computation as a ``torch.fx.GraphModule``, trying one path after another.
 
-``private copy (eval, no hooks, attention decomposed) -> torch.fx -> transformers' fx tracer
--> torch.export -> GraphModule``
+``private copy (eval, no hooks, attention decomposed) -> its own graph (a GraphModule)
+-> torch.fx -> transformers' fx tracer -> torch.export -> GraphModule``
 
-Plain torch.fx keeps the module structure, so it goes first. Hugging Face models branch on
+A model that is a GraphModule already (onnx2torch's conversion of an ONNX file, a model
+traced by the user) is read from its own graph: tracing it again would trace into its
+leaf modules, and onnx2torch's branch on tensor values. Plain torch.fx keeps the module
+structure, so it goes next. Hugging Face models branch on
 their inputs in Python and need a tracer that knows them: transformers' own (in the
 transformers versions that have ``transformers.utils.fx``) or torch.export, which runs the
 model on the sample and records the ATen ops it calls, then hands the same kind of
@@ -105,7 +108,8 @@ def without_cache(model: nn.Module, sample: Sequence[torch.Tensor], names: Seque
 def capture(model: nn.Module, sample: Sequence[torch.Tensor], names: Sequence[str]) -> Captured:
     """``model`` (a `private_copy`) captured with inputs ``names`` (given ``sample``)."""
     reasons: list[str] = []
-    for path, trace in (("torch.fx", _fx), ("transformers.utils.fx", _hf_fx), ("torch.export", _export)):
+    paths = (("graph module", _graph_module), ("torch.fx", _fx), ("transformers.utils.fx", _hf_fx))
+    for path, trace in (*paths, ("torch.export", _export)):
         try:
             captured = trace(model, sample, names)
         except _NotApplicable as e:
@@ -149,6 +153,17 @@ def fixed_defaults(model: nn.Module, names: Sequence[str]) -> list[tuple[int, st
         for i, p in enumerate(params)
         if p.name not in given and (p.default is None or isinstance(p.default, (bool, str)))
     ]
+
+
+def _graph_module(model: nn.Module, sample: Sequence[torch.Tensor], names: Sequence[str]) -> Captured:
+    """The private copy itself, when it is a GraphModule with a plain signature: its graph
+    is the model. (One with a pytree signature, from ``torch.export``, is exported again.)"""
+    if not isinstance(model, fx.GraphModule):
+        raise _NotApplicable("not a torch.fx.GraphModule")
+    if type(model.graph._codegen) is not fx.graph.CodeGen:
+        raise _NotApplicable("a GraphModule whose inputs or outputs are a pytree")
+    _drop_shape_asserts(model)
+    return Captured(model, "graph module")
 
 
 def _fx(model: nn.Module, sample: Sequence[torch.Tensor], names: Sequence[str]) -> Captured:

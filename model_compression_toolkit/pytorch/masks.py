@@ -9,12 +9,17 @@ positions, a ViT builds position ids. Those nodes have nothing to quantize (a ma
     positions -> float -> log -> long -> embedding        log, float: SHAPE
 
 A node is SHAPE when its outputs hold no floating-point tensor, or when everything that
-reads it is SHAPE or the attention mask of a scaled dot-product attention.
+reads it is SHAPE or the attention mask of a scaled dot-product attention, or when its
+value is computed from shapes (and constants) alone, as YOLOv8's anchor grid exported to
+ONNX is (an 8-bit grid on pixel coordinates would move the boxes)::
+
+    x -> Shape -> Gather -> Cast -> Range -> Add(0.5) -> Expand -> Concat -> Sub(., boxes)
+                                    Range ... Concat: SHAPE             Sub: an activation
 """
 
 from __future__ import annotations
 
-from model_compression_toolkit.core.graph import Graph, OpKind
+from model_compression_toolkit.core.graph import VALUE_PRESERVING, Graph, OpKind
 from model_compression_toolkit.pytorch.ops import Ref
 
 _MASK_KEYWORD, _MASK_POSITION = "attn_mask", 3  # F.scaled_dot_product_attention(q, k, v, attn_mask)
@@ -33,7 +38,7 @@ def no_activation(graph: Graph) -> list[str]:
     """Turn every node on the way to indices or an attention mask into OpKind.SHAPE (see the
     module docstring). Returns their names."""
     masks = {n.name: mask_inputs(graph, n.name) for n in graph.find((OpKind.ATTENTION,))}
-    changed = []
+    changed = from_shapes(graph)
     for name in reversed(graph.topological_order()):
         node = graph.node(name)
         if node.kind in (OpKind.INPUT, OpKind.CONSTANT, OpKind.SHAPE) or graph.is_output(name):
@@ -43,5 +48,35 @@ def no_activation(graph: Graph) -> list[str]:
             graph.node(e.dst).kind == OpKind.SHAPE or e.dst_index in masks.get(e.dst, ()) for e in uses
         ):
             node.kind = OpKind.SHAPE
+            changed.append(name)
+    return changed
+
+
+def from_shapes(graph: Graph) -> list[str]:
+    """Turn every node whose value depends on the inputs' shapes only into OpKind.SHAPE: an
+    op that moves values (`VALUE_PRESERVING`) when its first input is such a node (the
+    others give sizes: ``class_token.expand(n, -1, -1)`` stays a reshape of a constant), any
+    other op when one input is such a node and every other one a SHAPE or CONSTANT node.
+    Returns their names."""
+    derived: set[str] = set()
+    changed = []
+    for name in graph.topological_order():
+        node = graph.node(name)
+        if node.kind == OpKind.SHAPE:
+            derived.add(name)
+            continue
+        edges = sorted(graph.in_edges(name), key=lambda e: e.dst_index)
+        if node.kind in (OpKind.INPUT, OpKind.CONSTANT) or not edges:
+            continue
+        sources = [e.src for e in edges]
+        if node.kind in VALUE_PRESERVING:
+            fixed = sources[0] in derived
+        else:
+            fixed = any(s in derived for s in sources) and all(
+                s in derived or graph.node(s).kind == OpKind.CONSTANT for s in sources
+            )
+        if fixed:
+            node.kind = OpKind.SHAPE
+            derived.add(name)
             changed.append(name)
     return changed

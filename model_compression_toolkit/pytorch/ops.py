@@ -43,6 +43,7 @@ _ACTIVATION_MODULES: dict[type, str] = {
     nn.Mish: "mish",
     nn.Softplus: "softplus",
     nn.Hardtanh: "hardtanh",
+    nn.PReLU: "prelu",  # its slope is a weight, kept float as Keras's PReLU alpha is
 }
 
 MODULE_KINDS: dict[type, Entry] = {
@@ -77,7 +78,12 @@ _ACTIVATION_FUNCTIONS: dict[Any, str] = {
     **dict.fromkeys((torch.tanh, F.tanh), "tanh"),
     **{fn: fn.__name__ for fn in (F.relu6, F.leaky_relu, F.silu, F.gelu, F.hardswish, F.hardsigmoid)},
     **{fn: fn.__name__ for fn in (F.elu, F.mish, F.softplus, F.hardtanh)},
+    **dict.fromkeys((F.prelu, torch.prelu), "prelu"),
 }
+# torch.clamp(x, 0, 6) is ReLU6 as ONNX writes it (Clip): an activation when its bounds are
+# constants (`call_entry`), an elementwise min/max when they are tensors.
+CLAMP_FUNCTIONS = frozenset({torch.clamp, torch.clip, torch.clamp_, torch.clip_})
+CLAMP_METHODS = frozenset({"clamp", "clip"})
 
 # Ops that only move, select or repeat values of their input (or add zeros): the output
 # keeps the input's grid, so they pass quantization through.
@@ -112,6 +118,7 @@ FUNCTION_KINDS: dict[Any, Entry] = {
     **{fn: (OpKind.ELEMENTWISE, None) for fn in (torch.neg, torch.sqrt, torch.rsqrt, torch.exp, torch.pow)},
     **{fn: (OpKind.CONCAT, None) for fn in (torch.cat, torch.concat, torch.concatenate, torch.stack)},
     **{fn: (OpKind.ELEMENTWISE, None) for fn in (torch.maximum, torch.minimum)},
+    **{fn: (OpKind.ELEMENTWISE, None) for fn in CLAMP_FUNCTIONS},
     **{fn: (OpKind.MATMUL, None) for fn in (torch.matmul, operator.matmul, torch.bmm, torch.einsum)},
     F.scaled_dot_product_attention: (OpKind.ATTENTION, None),
     F.embedding: (OpKind.EMBEDDING, None),
@@ -140,6 +147,7 @@ METHOD_KINDS: dict[str, Entry] = {
     "sub": (OpKind.SUB, None),
     "mul": (OpKind.MUL, None),
     **{name: (OpKind.ELEMENTWISE, None) for name in ("div", "neg", "sqrt", "rsqrt", "exp", "pow")},
+    **{name: (OpKind.ELEMENTWISE, None) for name in CLAMP_METHODS},
     **{name: (OpKind.MATMUL, None) for name in ("matmul", "bmm")},
     "mean": (OpKind.MEAN, None),
     "size": (OpKind.SHAPE, None),
@@ -159,7 +167,37 @@ def out_of_place_method(name: str) -> str:
 
 
 def module_entry(module: nn.Module) -> Entry:
-    return MODULE_KINDS.get(type(module), (OpKind.UNKNOWN, None))
+    """The entry of a module: by its exact type, else, for a module of a model converted
+    from ONNX, by its onnx2torch class (`pytorch.converted`)."""
+    from model_compression_toolkit.pytorch import converted
+
+    return MODULE_KINDS.get(type(module)) or converted.entry(module) or (OpKind.UNKNOWN, None)
+
+
+def is_clamp(op: str, target: Any) -> bool:
+    """Whether an fx node calls ``torch.clamp``/``clip`` (a function, a method or ATen's)."""
+    if op == "call_method":
+        return out_of_place_method(target) in CLAMP_METHODS
+    if isinstance(target, torch._ops.OpOverload):
+        return target.namespace == "aten" and target.overloadpacket.__name__.rstrip("_") in CLAMP_METHODS
+    try:
+        return op == "call_function" and target in CLAMP_FUNCTIONS
+    except TypeError:  # an unhashable callable
+        return False
+
+
+def call_entry(entry: Entry, clamp: bool, args: tuple, kwargs: dict) -> Entry:
+    """A clamp's entry refined by its arguments (templates: an input is a `Ref`): with
+    constant bounds it is the activation `converted.clamp_function` names."""
+    if not clamp:
+        return entry
+    from model_compression_toolkit.pytorch import converted
+
+    low = args[1] if len(args) > 1 else kwargs.get("min")
+    high = args[2] if len(args) > 2 else kwargs.get("max")
+    if isinstance(low, Ref) or isinstance(high, Ref) or (low is None and high is None):
+        return entry
+    return OpKind.ACTIVATION, converted.clamp_function(low, high)
 
 
 def function_entry(target: Any) -> Entry:

@@ -452,6 +452,7 @@ def _make_node(
     else:
         kind, function = ops.method_entry(n.target)
         layer_type = n.target
+    kind, function = ops.call_entry((kind, function), ops.is_clamp(n.op, n.target), args, kwargs)
     target = getattr(torch.Tensor, n.target, None) if n.op == "call_method" else n.target
     attrs = ops.function_attrs(target, args, kwargs)
     if function is not None:

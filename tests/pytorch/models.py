@@ -159,7 +159,7 @@ def make(key: str) -> tuple[nn.Module, list[np.ndarray]]:
 
 
 class Odd(nn.Module):
-    """Ops the backend does not support: erf, PixelShuffle, PReLU, chunk."""
+    """Ops the backend does not support (erf, PixelShuffle) between ones it does (PReLU, chunk)."""
 
     def __init__(self) -> None:
         super().__init__()
