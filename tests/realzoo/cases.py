@@ -11,7 +11,7 @@ headline metric, a share in [0, 1] (higher is better).
 | ppocr_det | 8 rendered pages | recall of the lines (binarized map covers >= 50 % of the shrunk box), pixel F1 |
 | ppocr_cls | 32 rendered lines, half turned 180 degrees | orientation accuracy |
 | onet, rnet (MTCNN) | 48 crops, half Grace Hopper's face | face / not-face accuracy at 0.5 (labels by construction) |
-| crepe_tiny | 64 synthesized tones | raw pitch accuracy (within 50 cents) |
+| crepe_tiny | 64 synthesized tones | raw pitch accuracy (within 50 cents), median error in cents |
 
 ONet's landmarks have no ground truth here: ``landmark_px`` is their mean distance to the
 float model's landmarks on the face crops, in pixels of the 48x48 crop (0 for float).
@@ -168,7 +168,9 @@ def _tones():
 def _crepe_eval(framework: str) -> Callable[[Any], dict]:
     def evaluate(model) -> dict:
         frames, f0 = _tones()
-        return {"rpa": metrics.raw_pitch_accuracy(predict(model, frames, framework)[0], f0)}
+        probabilities = predict(model, frames, framework)[0]
+        cents = metrics.bins_to_cents(probabilities) - 1200 * np.log2(f0 / 10.0)
+        return {"rpa": metrics.raw_pitch_accuracy(probabilities, f0), "cents": float(np.median(np.abs(cents)))}
 
     return evaluate
 
