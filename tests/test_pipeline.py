@@ -97,7 +97,7 @@ def tune(s: Session, observer, evaluate=d2_float, config: TuningConfig | None = 
     if first.similarity is None:
         first.similarity = s.analyze(first.graph, q_model=first.model)
     baseline = check_score(evaluate(model()), "the float model")
-    quantize = lambda rules, bits: s.quantize(keep_float=rules, weight_bits=bits, similarity=True)  # noqa: E731
+    quantize = lambda rules, bits: s.quantize(keep_float=rules, bits=bits, similarity=True)  # noqa: E731
     return Tuner(quantize, s.initial, [], evaluate, config, baseline, observer).tune(first)
 
 

@@ -195,7 +195,9 @@ def main() -> None:
     print(f"recovered accuracy: {recovered_acc:.2f} %")
     mem = info_fixed.memory
     print(f"  weights {format_bytes(mem.weights_float_bytes)} float -> {format_bytes(mem.weights_quantized_bytes)}")
-    print(f"  {planted}: {info_fixed.float_layers.get(planted)}")
+    layer = info_fixed.layers[planted]
+    kept = info_fixed.float_layers.get(planted)
+    print(f"  {planted}: {kept or str(layer.activation['n_bits']) + '-bit output (integer, not float)'}")
     print(f"  logs of this call:  {info_fixed.log_folder}")
     print(f"the planted outlier was in {planted!r}: {'found' if first.name == planted else 'MISSED'}")
 

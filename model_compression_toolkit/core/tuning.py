@@ -44,6 +44,8 @@ class TuningTrial:
         kept_activations: the layers whose outputs tuning kept float.
         kept_weights: the layers whose weights tuning kept float.
         weight_bits: the layers whose weights tuning gave more bits, and how many.
+        activation_bits: the layers whose outputs tuning gave more bits, and how many.
+        n_bits: bits tuning gave every activation or weight (``{"activation_n_bits": 16}``).
     """
 
     n: int
@@ -56,6 +58,14 @@ class TuningTrial:
     kept_activations: list[str] = field(default_factory=list)
     kept_weights: list[str] = field(default_factory=list)
     weight_bits: dict[str, int] = field(default_factory=dict)
+    activation_bits: dict[str, int] = field(default_factory=dict)
+    n_bits: dict[str, int] = field(default_factory=dict)
+
+    def bit_changes(self) -> list[str]:
+        """Every bit-width this trial changed, in words (``"cat (output, 16 bits)"``)."""
+        changes = [f"{n} (output, {b} bits)" for n, b in self.activation_bits.items()]
+        changes += [f"{n} (weights, {b} bits)" for n, b in self.weight_bits.items()]
+        return changes + [f"{k}={v}" for k, v in self.n_bits.items()]
 
 
 @dataclass
@@ -118,9 +128,10 @@ class TuningResult:
         ]
         for t in self.trials:
             kept = ", ".join(t.kept_float) or "-"
+            bits = ", ".join(t.bit_changes())
             lines.append(
                 f"  trial {t.n}: score {t.score:.4f}  drop {self.format_drop(t.drop)}  "
-                f"weights {t.weights_bytes / 1024:.1f} KiB  kept float: {kept}"
+                f"weights {t.weights_bytes / 1024:.1f} KiB  kept float: {kept}" + (f"  more bits: {bits}" if bits else "")
             )
         return "\n".join(lines)
 
@@ -138,13 +149,17 @@ def next_changes(report: SimilarityReport, count: int, tried: set[tuple[str, str
     Args:
         report: the last trial's similarity report (its quantizers ranked worst first).
         count: how many quantizers to keep float when the fix adds nothing.
-        tried: (layer, kind) of the quantizers earlier trials changed; not chosen again.
+        tried: (layer, kind) of the quantizers earlier trials changed (layer ``"*"``: all
+            of that kind given more bits); not chosen again.
     """
     fix = report.fix
     fresh = SuggestedFix(
         [n for n in fix.activations if (n, ACTIVATION) not in tried],
         [n for n in fix.weights if (n, WEIGHTS) not in tried],
         {n: b for n, b in fix.weight_bits.items() if (n, WEIGHTS) not in tried},
+        {n: b for n, b in fix.activation_bits.items() if (n, ACTIVATION) not in tried},
+        fix.activation_n_bits if ("*", ACTIVATION) not in tried else None,
+        fix.weights_n_bits if ("*", WEIGHTS) not in tried else None,
     )
     if fresh:
         return fresh

@@ -9,6 +9,7 @@ is given (`report_to`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import weakref
 from collections.abc import Callable, Sequence
@@ -176,18 +177,21 @@ class Session:
         self.observer.progress(Progress(step, done, total, unit))
 
     # -------------------------------------------------------------- the pieces
-    def prepare(self, keep_float: Sequence[KeepFloat] | None = None, weight_bits: dict[str, int] | None = None) -> Graph:
+    def prepare(self, keep_float: Sequence[KeepFloat] | None = None, bits: SuggestedFix | None = None) -> Graph:
         """The prepared graph (BN folded, no-ops removed) with quantization assigned; with
-        ``weight_bits``, those layers' weights at those bits, after every other edit."""
+        ``bits``, the bit-widths of a fix (per layer, after every other edit, or of every
+        activation or weight)."""
         rules = self.config.keep_float_rules if keep_float is None else list(keep_float)
         check_rules(self.initial, rules)
         if self._prepared is None:
             self._prepared = prepare_graph(self.initial.copy(), self.config.quantization_config)
         graph = self._prepared.copy()
-        edits = self.edits
-        if weight_bits:
-            edits = [*edits, *bit_width_rules(SuggestedFix(weight_bits=dict(weight_bits)).bit_width_config())]
-        assign_quantization(graph, self.config.quantization_config, rules, edits)
+        edits, qc = self.edits, self.config.quantization_config
+        if bits is not None:
+            edits = [*edits, *bit_width_rules(bits.bit_width_config())]
+            given = {"activation_n_bits": bits.activation_n_bits, "weights_n_bits": bits.weights_n_bits}
+            qc = dataclasses.replace(qc, **{k: v for k, v in given.items() if v is not None})
+        assign_quantization(graph, qc, rules, edits)
         graph.validate()
         return graph
 
@@ -320,11 +324,11 @@ class Session:
     def quantize(
         self,
         keep_float: Sequence[KeepFloat] | None = None,
-        weight_bits: dict[str, int] | None = None,
+        bits: SuggestedFix | None = None,
         similarity: bool = False,
     ) -> Quantization:
         """A whole quantization, reported to nobody (the tuning loop's later trials)."""
-        graph = self.prepare(keep_float, weight_bits)
+        graph = self.prepare(keep_float, bits)
         self.select_thresholds(graph)
         result = Quantization(graph, self.build(graph))
         if similarity:

@@ -20,6 +20,7 @@ from model_compression_toolkit.core.config import KeepFloat, TuningConfig, keep_
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import model_memory
 from model_compression_toolkit.core.memory import graph_memory, total
+from model_compression_toolkit.core.similarity.fix import SuggestedFix
 from model_compression_toolkit.core.tuning import TuningResult, TuningTrial, next_changes, rank, run_name
 from model_compression_toolkit.errors import ConfigurationError
 from model_compression_toolkit.pipeline.events import Observer, Progress, TrialReport
@@ -44,6 +45,12 @@ def check_score(value: Any, what: str) -> float:
     return number
 
 
+def _n_bits(fix: SuggestedFix) -> dict[str, int]:
+    """The bits a fix gives every activation or weight, by `QuantizationConfig` field."""
+    bits = {"activation_n_bits": fix.activation_n_bits, "weights_n_bits": fix.weights_n_bits}
+    return {k: v for k, v in bits.items() if v is not None}
+
+
 class Tuner:
     """The loop's state: trials so far, the layers kept float, the best trial.
 
@@ -60,7 +67,7 @@ class Tuner:
 
     def __init__(
         self,
-        quantize: Callable[[Sequence[KeepFloat], dict[str, int]], Quantization],
+        quantize: Callable[[Sequence[KeepFloat], SuggestedFix], Quantization],
         float_graph: Graph,
         rules: Sequence[KeepFloat],
         evaluate: Callable[[Any], Any],
@@ -72,7 +79,7 @@ class Tuner:
         self.evaluate, self.config, self.baseline, self.observer = evaluate, config, baseline, observer
         self.activations: list[str] = []  # layers whose outputs tuning keeps float
         self.weights: list[str] = []  # layers whose weights tuning keeps float
-        self.weight_bits: dict[str, int] = {}  # layers whose weights tuning gives more bits
+        self.bits = SuggestedFix()  # the bit-widths tuning gives (its weight_bits, activation_bits, n_bits)
         self.records: list[TuningTrial] = []
         self.best: tuple[TuningTrial, Quantization] | None = None
 
@@ -92,7 +99,8 @@ class Tuner:
             n=n, score=score, drop=self.drop(score), kept_float=kept, added=added,
             weights_bytes=total(memory).weights_bytes, run_name=run_name(n, score),
             kept_activations=list(self.activations), kept_weights=list(self.weights),
-            weight_bits=dict(self.weight_bits),
+            weight_bits=dict(self.bits.weight_bits), activation_bits=dict(self.bits.activation_bits),
+            n_bits=_n_bits(self.bits),
         )  # fmt: skip
         LOG.info("tuning trial %d: score %.4f, drop %.4f, %d layers kept float", n, score, rec.drop, len(kept))
         self.records.append(rec)
@@ -109,18 +117,25 @@ class Tuner:
         trial = first
         rec = self.record(1, trial, [])
         while not self.met(rec.drop) and rec.n < self.config.max_trials:
-            tried = {(n, "activation") for n in self.activations}
-            tried |= {(n, "weights") for n in [*self.weights, *self.weight_bits]}
+            bits = self.bits
+            tried = {(n, "activation") for n in [*self.activations, *bits.activation_bits]}
+            tried |= {(n, "weights") for n in [*self.weights, *bits.weight_bits]}
+            tried |= {("*", kind) for kind, n in (("activation", bits.activation_n_bits), ("weights", bits.weights_n_bits)) if n}
             change = next_changes(trial.similarity.report, self.config.layers_per_trial, tried)
             if not change:
                 LOG.info("tuning: no quantizer left to change after trial %d", rec.n)
                 break
             self.activations += change.activations
             self.weights += change.weights
-            self.weight_bits.update(change.weight_bits)
-            trial = self.quantize([*self.rules, *keep_float_rules(self.activations, self.weights)], self.weight_bits)
+            bits.weight_bits.update(change.weight_bits)
+            bits.activation_bits.update(change.activation_bits)
+            bits.activation_n_bits = change.activation_n_bits or bits.activation_n_bits
+            bits.weights_n_bits = change.weights_n_bits or bits.weights_n_bits
+            trial = self.quantize([*self.rules, *keep_float_rules(self.activations, self.weights)], bits)
             added = [f"{n} (activation)" for n in change.activations] + [f"{n} (weights)" for n in change.weights]
             added += [f"{n} (weights, {b} bits)" for n, b in change.weight_bits.items()]
+            added += [f"{n} (activation, {b} bits)" for n, b in change.activation_bits.items()]
+            added += [f"{k}={v}" for k, v in _n_bits(change).items()]
             rec = self.record(rec.n + 1, trial, added)
         return self.finish()
 

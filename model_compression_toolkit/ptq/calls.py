@@ -175,7 +175,7 @@ def _tune(
         if first.similarity is None:  # the ranking needs it, logged or not
             first.similarity = session.analyze(first.graph, q_model=first.model)
         tuner = Tuner(
-            lambda rules, bits: session.quantize(keep_float=rules, weight_bits=bits, similarity=True), session.initial,
+            lambda rules, bits: session.quantize(keep_float=rules, bits=bits, similarity=True), session.initial,
             config.keep_float_rules, evaluate, tuning, baseline, call.observer,
         )  # fmt: skip
         best, result = tuner.tune(first)

@@ -20,6 +20,7 @@ from model_compression_toolkit.core.similarity.causes import (
     ACTIVATION,
     ImpactProbe,
     QuantizerEntry,
+    input_range_spreads,
     measure_impacts,
     weight_entries,
 )
@@ -306,11 +307,14 @@ def analyze(
         progress("similarity", seen, samples, "samples")
     layers = [acc.result(q_graph.node(acc.point.name).layer_type) for acc in accumulators]
     entries = [e for acc in accumulators if (e := acc.entry(q_graph.node(acc.point.name).layer_type)) is not None]
+    spreads = input_range_spreads(q_graph, {n: max(abs(st.min), abs(st.max)) for n, st in (stats or {}).items()})
+    for entry in entries:
+        entry.input_range_spread = spreads.get(entry.name)
     entries += weight_entries(q_graph, weights)
     probe = ImpactProbe(backend, q_graph, kept) if entries and kept else None
     if probe is not None:
         measure_impacts(probe, entries, max_impact_quantizers, progress)
-    fix = suggest_fix(entries, q_graph, probe, l_p_value)
+    fix = suggest_fix(entries, q_graph, probe, l_p_value, stats)
     _set_roles(layers, entries, q_graph)
     histograms = {
         acc.point.name: PairHistogram(acc.bins.edges(), acc.hist_float, acc.hist_quant)

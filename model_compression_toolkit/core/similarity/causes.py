@@ -13,6 +13,10 @@ samples, and its output SQNR against the float output is the entry's impact::
 
     float model + only <entry> quantized --forward--> outputs  vs  float outputs -> output SQNR (dB)
 
+The output SQNR is the worst of each output and each part of an output a concatenation
+makes (`core.similarity.parts`): box coordinates in pixels beside class scores in 0-1
+hide, over the whole tensor, scores rounded to two values.
+
 Entries are ranked by it; an entry whose output SQNR alone is under `CAUSE_DB` is a cause,
 and so is a layer's weights that lose an input channel (its weights keep less than 15 dB
 of SQNR: most round to zero) while damaging the output measurably (under `CANDIDATE_DB`):
@@ -20,13 +24,13 @@ that layer then all but discards one of its input features, a systematic error t
 more accuracy than its SQNR says (an outlier channel's consumer, whose weights for that
 channel were scaled down to match).
 An entry whose own error is low everywhere (every channel above `CANDIDATE_DB`, almost
-nothing rounded to zero) is not run: its impact cannot be large unless the layers after it
+nothing rounded to zero, and not a concatenation or addition of inputs whose ranges differ
+`UNBALANCED_RATIO` times or more) is not run: its impact cannot be large unless the layers after it
 amplify its noise a hundredfold, and the report says it was not measured.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -34,15 +38,16 @@ import numpy as np
 
 from model_compression_toolkit.core.backend import Backend
 from model_compression_toolkit.core.calibration.quantizers import channel_view, node_weight
-from model_compression_toolkit.core.graph import Graph
+from model_compression_toolkit.core.graph import Graph, OpKind
 from model_compression_toolkit.core.quant_config import NodeQuantConfig
 from model_compression_toolkit.core.similarity.channels import HIGH_ERROR_DB, ChannelMeasures, ChannelSums
-from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB, compare
+from model_compression_toolkit.core.similarity.parts import OutputImpact, measure, output_parts
 
 ACTIVATION, WEIGHTS = "activation", "weights"
 CAUSE_DB = 20.0  # an entry whose output SQNR alone is under this causes damage
 CANDIDATE_DB = 30.0  # an entry whose own error is under this (any measure) gets its impact measured
 CANDIDATE_ZERO_ROUNDED_PERCENT = 25.0  # ... or that rounds this share of its non-zero values to zero
+UNBALANCED_RATIO = 16.0  # ... or that joins inputs whose ranges differ this much (MCT's xquant)
 
 
 @dataclass
@@ -64,8 +69,16 @@ class QuantizerEntry:
         channel_range_spread: the largest channel's range over the median channel's.
         lost_input_channels_percent: weights only: the share of input channels whose
             weights keep less than 15 dB of SQNR (most of them round to zero).
-        output_sqnr_db: the model output's SQNR with only this quantizer switched on (dB);
-            None when it was not measured (its own error is low).
+        input_range_spread: a concatenation's or an addition's output only: the largest
+            input's range over the smallest's (inputs whose ranges differ by orders of
+            magnitude share one grid that fits only the largest).
+        output_sqnr_db: the model output's SQNR with only this quantizer switched on (dB),
+            the worst of each output whole and each part of an output
+            (`core.similarity.parts`); None when it was not measured (its own error is low).
+        output_whole_db: the same over the outputs whole, where a large part hides a small one.
+        output_part: the part of an output ``output_sqnr_db`` was measured on, when worse
+            than the outputs whole (``"cat_17 channels 4-21 (from sigmoid_3)"``).
+        output_part_distinct: how many distinct values that part keeps.
         cause: whether it damages the output on its own (``output_sqnr_db < CAUSE_DB``).
         rank: 1 for the entry that damages the output most.
     """
@@ -82,7 +95,11 @@ class QuantizerEntry:
     clipped_percent: float | None = None
     channel_range_spread: float | None = None
     lost_input_channels_percent: float | None = None
+    input_range_spread: float | None = None
     output_sqnr_db: float | None = None
+    output_whole_db: float | None = None
+    output_part: str | None = None
+    output_part_distinct: int | None = None
     cause: bool = False
     rank: int = 0
 
@@ -99,7 +116,30 @@ class QuantizerEntry:
             self.own_db < CANDIDATE_DB
             or (self.zero_rounded_percent or 0.0) >= CANDIDATE_ZERO_ROUNDED_PERCENT
             or bool(self.lost_input_channels_percent)
+            or (self.input_range_spread or 0.0) >= UNBALANCED_RATIO
         )
+
+    def set_impact(self, impact: OutputImpact) -> None:
+        """Record what this quantizer alone does to the outputs."""
+        self.output_sqnr_db, self.output_whole_db = impact.sqnr_db, impact.whole_db
+        self.output_part, self.output_part_distinct = impact.part, impact.distinct_values
+
+    def evidence(self) -> str:
+        """What it does, in words: where its harm lands and why."""
+        said = []
+        if self.input_range_spread is not None and self.input_range_spread >= UNBALANCED_RATIO:
+            said.append(f"joins inputs whose ranges differ {self.input_range_spread:.0f}x on one grid")
+        if self.output_part is not None and self.output_sqnr_db is not None:
+            distinct = "" if self.output_part_distinct is None else f", {self.output_part_distinct} distinct values"
+            said.append(
+                f"alone leaves {self.output_part} at {self.output_sqnr_db:.1f} dB{distinct} "
+                f"(the outputs whole: {self.output_whole_db:.1f} dB)"
+            )
+        elif self.output_sqnr_db is not None:
+            said.append(f"alone leaves the output at {self.output_sqnr_db:.1f} dB")
+        if (self.zero_rounded_percent or 0.0) >= CANDIDATE_ZERO_ROUNDED_PERCENT:
+            said.append(f"{self.zero_rounded_percent:.0f} % of its non-zero values round to 0")
+        return "; ".join(said)
 
     def damages_output(self) -> bool:
         """Whether its measured impact makes it a cause (see the module doc)."""
@@ -154,6 +194,19 @@ def weight_entries(graph: Graph, weights: Mapping[str, Mapping[str, np.ndarray]]
     return entries
 
 
+def input_range_spreads(graph: Graph, ranges: Mapping[str, float]) -> dict[str, float]:
+    """For each quantized concatenation or addition, its largest input's range over its
+    smallest's (``ranges``: a node's largest absolute output value)."""
+    spreads = {}
+    for node in graph.nodes():
+        if node.kind not in (OpKind.CONCAT, OpKind.ADD) or node.quant.activation is None:
+            continue
+        sizes = [ranges[e.src] for e in graph.in_edges(node.name) if ranges.get(e.src, 0.0) > 0]
+        if len(sizes) > 1:
+            spreads[node.name] = max(sizes) / min(sizes)
+    return spreads
+
+
 def isolate(graph: Graph, entry: QuantizerEntry | None) -> Graph:
     """A copy of ``graph`` with every quantizer off but ``entry``'s (None: all off)."""
     out = graph.copy()
@@ -180,21 +233,12 @@ def without(graph: Graph, activations: Sequence[str], weights: Sequence[str]) ->
     return out
 
 
-def output_sqnr_db(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> float:
-    """The outputs' SQNR against the reference: the mean noise-to-signal ratio over samples
-    and outputs, in dB (a few badly damaged samples weigh as they should)."""
-    nsr = np.concatenate([compare(r, o).nsr for r, o in zip(reference, outputs)])
-    mean = float(nsr.mean()) if nsr.size else 0.0
-    if mean <= 0:
-        return SQNR_CEILING_DB
-    return float(np.clip(-10 * math.log10(mean), -SQNR_CEILING_DB, SQNR_CEILING_DB))
-
-
 class ImpactProbe:
     """Runs variants of a quantized graph on a few samples and measures their outputs.
 
     ``float model (every quantizer off) -> reference outputs``;
-    ``variant -> outputs -> output_sqnr_db(reference, outputs)``.
+    ``variant -> outputs -> parts.measure(reference, outputs)``: each output whole and each
+    part of it (`core.similarity.parts`), the worst counting.
 
     The samples come as the chunks the analysis ran, each whole: a model traced for one
     batch size runs on those and on nothing else.
@@ -202,18 +246,24 @@ class ImpactProbe:
 
     def __init__(self, backend: Backend, graph: Graph, chunks: list[list[np.ndarray]]) -> None:
         self.backend, self.graph, self.chunks = backend, graph, chunks
+        self.parts = output_parts(graph)
         self.reference = self._outputs(backend.build(isolate(graph, None), quantized=False))
 
     @property
     def samples(self) -> int:
         return sum(len(chunk[0]) for chunk in self.chunks)
 
-    def output_sqnr_db(self, variant: Graph) -> float:
-        return output_sqnr_db(self.reference, self._outputs(self.backend.build(variant, quantized=True)))
+    def impact(self, variant: Graph) -> OutputImpact:
+        """The variant's outputs against the float outputs, whole and part by part."""
+        return measure(self.parts, self.reference, self._outputs(self.backend.build(variant, quantized=True)))
 
-    def _outputs(self, model: object) -> list[np.ndarray]:
-        """Every chunk's outputs, one after the other."""
-        return [out for chunk in self.chunks for out in self.backend.forward(model, chunk)]
+    def output_sqnr_db(self, variant: Graph) -> float:
+        """The variant's output SQNR (dB): the worst output or part of an output."""
+        return self.impact(variant).sqnr_db
+
+    def _outputs(self, model: object) -> list[list[np.ndarray]]:
+        """Every chunk's outputs, chunk by chunk."""
+        return [self.backend.forward(model, chunk) for chunk in self.chunks]
 
 
 def measure_impacts(
@@ -225,7 +275,7 @@ def measure_impacts(
     candidates = [e for e in entries if e.is_candidate]
     chosen = sorted(candidates, key=lambda e: (e.own_db, -(e.zero_rounded_percent or 0.0)))[:limit]
     for i, entry in enumerate(chosen, start=1):
-        entry.output_sqnr_db = probe.output_sqnr_db(isolate(probe.graph, entry))
+        entry.set_impact(probe.impact(isolate(probe.graph, entry)))
         if progress is not None:
             progress("output impact", i, len(chosen), "quantizers")
     for entry in entries:

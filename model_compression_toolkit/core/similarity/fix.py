@@ -1,7 +1,9 @@
 """The smallest change that removes the causes the analysis found.
 
-A cause that is an activation keeps that layer's *output* float (``KeepFloat(...,
-weights=False)``). A cause that is a layer's weights gets more bits, the fewest of
+A cause that is an activation gets 16 bits where 16 bits make it harmless (its output SQNR
+alone at least `CANDIDATE_DB`: a concatenation of box coordinates in pixels and class
+scores in 0-1 keeps its scores at 16 bits), else keeps that layer's *output* float
+(``KeepFloat(..., weights=False)``). A cause that is a layer's weights gets more bits, the fewest of
 `MORE_BITS` with which those weights alone no longer damage the output (their output SQNR
 alone at least `CANDIDATE_DB`), or, if none does, is kept float (``KeepFloat(...,
 activations=False)``). Linked causes go together: an outlier channel ruins the grid of the activation it is in and of
@@ -9,6 +11,13 @@ every later quantizer of the same values (a max pooling after it), so each is a 
 its own and the fix names them all. The fix is then measured, the model quantized with it
 on the same samples: if the output is still damaged, the next entries in rank order join
 it, a few at most.
+
+When no quantizer damages the output on its own but all of them together do (a deep
+network whose every quantizer keeps 30 dB or more, the error growing over hundreds of
+them), no ranking of single quantizers can name a cause: the loss is *spread*. The fix
+is then the setting that restores the output everywhere, measured: every activation at 16
+bits, or every weight at 16 bits, the cheaper of those that lift the output to
+`CANDIDATE_DB` (or the better, when neither does).
 
     q_model, info = mct.ptq.pytorch_post_training_quantization(model, data_gen)
     fix = info.similarity.suggested_fix()
@@ -25,12 +34,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
 from model_compression_toolkit.core.bit_width import BitWidthConfig
-from model_compression_toolkit.core.calibration.thresholds import fill_weights_config
+from model_compression_toolkit.core.calibration.quantizers import symmetric_grid, uniform_grid
+from model_compression_toolkit.core.calibration.statistics import NodeStatistics
+from model_compression_toolkit.core.calibration.thresholds import fill_activation_config, fill_weights_config
 from model_compression_toolkit.core.config import CoreConfig, KeepFloat, keep_float_rules
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.memory import graph_memory, total
@@ -47,6 +59,8 @@ from model_compression_toolkit.core.similarity.causes import (
 
 MAX_EXTRA = 3  # entries added to a fix that does not yet lift the output above CAUSE_DB
 MORE_BITS = (4, 6, 8, 12, 16)  # the weight bit-widths a fix may give a layer, fewest first
+MORE_ACTIVATION_BITS = 16  # the bits a fix may give an activation before keeping it float
+SPREAD_BITS = 16  # every activation (or weight) at these bits: the fix of a spread loss
 
 
 @dataclass
@@ -60,6 +74,10 @@ class SuggestedFix(Sequence):
         activations: layers whose outputs stay float.
         weights: layers whose weights stay float.
         weight_bits: layers whose weights get more bits, and how many.
+        activation_bits: layers whose outputs get more bits, and how many.
+        activation_n_bits / weights_n_bits: every activation / weight at these bits (a loss
+            spread over many quantizers); None: unchanged.
+        spread: when the loss is spread over many quantizers, what was measured, in words.
         weights_bytes_before / weights_bytes_after: the weights memory without and with the fix.
         activation_bytes_before / activation_bytes_after: the activation memory of one
             sample without and with the fix.
@@ -71,6 +89,10 @@ class SuggestedFix(Sequence):
     activations: list[str] = field(default_factory=list)
     weights: list[str] = field(default_factory=list)
     weight_bits: dict[str, int] = field(default_factory=dict)
+    activation_bits: dict[str, int] = field(default_factory=dict)
+    activation_n_bits: int | None = None
+    weights_n_bits: int | None = None
+    spread: str | None = None
     weights_bytes_before: float = 0.0
     weights_bytes_after: float = 0.0
     activation_bytes_before: float = 0.0
@@ -95,34 +117,63 @@ class SuggestedFix(Sequence):
         return len(self.rules)
 
     def __bool__(self) -> bool:
-        return bool(self.activations or self.weights or self.weight_bits)
+        return bool(
+            self.activations or self.weights or self.weight_bits or self.activation_bits
+            or self.activation_n_bits or self.weights_n_bits
+        )  # fmt: skip
 
     def bit_width_config(self, base: BitWidthConfig | None = None) -> BitWidthConfig:
-        """``base`` (or an empty `BitWidthConfig`) with this fix's weight bit-widths added
-        after its own selections (a later selection of a layer wins)."""
+        """``base`` (or an empty `BitWidthConfig`) with this fix's bit-widths added after its
+        own selections (a later selection of a layer wins)."""
         config = copy.deepcopy(base) if base is not None else BitWidthConfig()
         for name, bits in self.weight_bits.items():
             config.set_manual_weights_bit_width(NodeNameFilter(name), bits)
+        for name, bits in self.activation_bits.items():
+            config.set_manual_activation_bit_width(NodeNameFilter(name), bits)
         return config
 
     def apply(self, core_config: CoreConfig | None = None) -> CoreConfig:
         """A copy of ``core_config`` (or of the defaults) with the fix added: its `KeepFloat`
-        rules after the config's own, its bit-widths after the config's own."""
+        rules after the config's own, its bit-widths after the config's own, and the bits
+        of every activation or weight where the loss is spread."""
         config = core_config if core_config is not None else CoreConfig()
         own = [] if config.keep_float is self else config.keep_float_rules
-        bits = self.bit_width_config(config.bit_width_config) if self.weight_bits else config.bit_width_config
-        return dataclasses.replace(config, keep_float=[*own, *self.rules], bit_width_config=bits)
+        changed = self.weight_bits or self.activation_bits
+        bits = self.bit_width_config(config.bit_width_config) if changed else config.bit_width_config
+        qc = config.quantization_config
+        if self.activation_n_bits is not None:
+            qc = dataclasses.replace(qc, activation_n_bits=self.activation_n_bits)
+        if self.weights_n_bits is not None:
+            qc = dataclasses.replace(qc, weights_n_bits=self.weights_n_bits)
+        return dataclasses.replace(config, keep_float=[*own, *self.rules], bit_width_config=bits, quantization_config=qc)
 
     def code(self) -> str:
-        """The fix as Python to paste (``mct.core.KeepFloat(...)``, one per line)."""
-        lines = [f"mct.core.KeepFloat(names={list(self.activations)!r}, weights=False)"] if self.activations else []
+        """The fix as Python to paste after one's own PTQ call: it defines every name it
+        uses and ends with the ``core_config`` to quantize with again."""
+        if not self:
+            return "# nothing to change: no quantizer damages the output on its own"
+        lines, args = ["import model_compression_toolkit as mct", ""], []
+        if self.weight_bits or self.activation_bits:
+            lines.append("bit_width_config = mct.core.BitWidthConfig()")
+            name_filter = "mct.core.network_editor.NodeNameFilter"
+            for name, bits in self.activation_bits.items():
+                lines.append(f"bit_width_config.set_manual_activation_bit_width({name_filter}({name!r}), {bits})")
+            for name, bits in self.weight_bits.items():
+                lines.append(f"bit_width_config.set_manual_weights_bit_width({name_filter}({name!r}), {bits})")
+            args.append("bit_width_config=bit_width_config")
+        rules = []
+        if self.activations:
+            rules.append(f"mct.core.KeepFloat(names={list(self.activations)!r}, weights=False)")
         if self.weights:
-            lines.append(f"mct.core.KeepFloat(names={list(self.weights)!r}, activations=False)")
-        for name, bits in self.weight_bits.items():
-            lines.append(
-                f"bit_width_config.set_manual_weights_bit_width(mct.core.common.network_editors.NodeNameFilter({name!r}), {bits})"
-            )
-        return "\n".join(lines) if lines else "# nothing to keep float: no quantizer damages the output on its own"
+            rules.append(f"mct.core.KeepFloat(names={list(self.weights)!r}, activations=False)")
+        if rules:
+            args.append("keep_float=[" + ", ".join(rules) + "]")
+        bits = {"activation_n_bits": self.activation_n_bits, "weights_n_bits": self.weights_n_bits}
+        given = ", ".join(f"{k}={v}" for k, v in bits.items() if v is not None)
+        if given:
+            args.append(f"quantization_config=mct.core.QuantizationConfig({given})")
+        lines.append("core_config = mct.core.CoreConfig(" + ", ".join(args) + ")")
+        return "\n".join(lines)
 
     def summary(self) -> str:
         """The fix, what it costs in memory, and what it gives, in a few lines."""
@@ -130,7 +181,9 @@ class SuggestedFix(Sequence):
             return "suggested fix: none (no quantizer damages the output on its own)"
         cost = self.weights_bytes_after - self.weights_bytes_before
         act = self.activation_bytes_after - self.activation_bytes_before
-        lines = ["suggested fix (CoreConfig(keep_float=fix) applies it):"] + ["  " + line for line in self.code().splitlines()]
+        lines = [f"the loss is spread: {self.spread}"] if self.spread else []
+        lines.append("suggested fix (CoreConfig(keep_float=fix) applies it, or paste):")
+        lines += ["  " + line for line in self.code().splitlines() if line]
         lines.append(
             f"  costs {cost / 1024:+.1f} KiB of weights ({self.weights_bytes_before / 1024:.1f} -> "
             f"{self.weights_bytes_after / 1024:.1f} KiB) and {act / 1024:+.1f} KiB of activations per sample"
@@ -146,6 +199,10 @@ class SuggestedFix(Sequence):
             "activations": list(self.activations),
             "weights": list(self.weights),
             "weight_bits": dict(self.weight_bits),
+            "activation_bits": dict(self.activation_bits),
+            "activation_n_bits": self.activation_n_bits,
+            "weights_n_bits": self.weights_n_bits,
+            "spread": self.spread,
             "code": self.code(),
             "weights_bytes_before": self.weights_bytes_before,
             "weights_bytes_after": self.weights_bytes_after,
@@ -157,10 +214,15 @@ class SuggestedFix(Sequence):
 
 
 def suggest_fix(
-    entries: Sequence[QuantizerEntry], graph: Graph, probe: ImpactProbe | None, l_p_value: float = 2.0
+    entries: Sequence[QuantizerEntry],
+    graph: Graph,
+    probe: ImpactProbe | None,
+    l_p_value: float = 2.0,
+    stats: Mapping[str, NodeStatistics] | None = None,
 ) -> SuggestedFix:
     """The causes among ``entries`` (ranked) fixed, measured with ``probe`` and grown by the
-    next entries in rank order while the output stays under `CAUSE_DB`.
+    next entries in rank order while the output stays under `CAUSE_DB`; where that does not
+    lift the output, the setting that restores a spread loss (see the module doc).
 
     Args:
         entries: every quantizer, ranked worst first (`causes.measure_impacts`).
@@ -168,27 +230,86 @@ def suggest_fix(
         probe: runs variants on the impact samples; None: weights causes are kept float,
             the fix is not measured or grown.
         l_p_value: the p of the ``LP`` error method, for the grids of more bits.
+        stats: the collected statistics by node: activation grids of more bits are chosen
+            from them (without, the threshold stays and only the step shrinks).
     """
+    stats = stats or {}
     chosen = [e for e in entries if e.cause]
     bits = {e.name: _enough_bits(graph, e, probe, l_p_value) for e in chosen if e.kind != ACTIVATION}
-    fix = _fix(graph, chosen, bits, l_p_value)
-    if probe is None or not chosen:
+    act_bits = {e.name: _enough_activation_bits(graph, e, probe, stats) for e in chosen if e.kind == ACTIVATION}
+    fix = _fix(graph, chosen, bits, act_bits, l_p_value, stats)
+    if probe is None:
         return fix
-    fix.output_sqnr_db_before = probe.output_sqnr_db(graph)
-    fix.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, fix, l_p_value))
-    rest = [e for e in entries if not e.cause and e.output_sqnr_db is not None]
-    for entry in rest[:MAX_EXTRA]:
-        if fix.output_sqnr_db_after >= CAUSE_DB:
-            break
-        if entry.kind != ACTIVATION:
-            bits[entry.name] = _enough_bits(graph, entry, probe, l_p_value)
-        grown = _fix(graph, [*chosen, entry], bits, l_p_value)
-        grown.output_sqnr_db_before = fix.output_sqnr_db_before
-        grown.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, grown, l_p_value))
-        if grown.output_sqnr_db_after > fix.output_sqnr_db_after:
-            chosen.append(entry)
-            fix = grown
+    before = probe.output_sqnr_db(graph)
+    if chosen:
+        fix.output_sqnr_db_before = before
+        fix.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, fix, l_p_value, stats))
+        rest = [e for e in entries if not e.cause and e.output_sqnr_db is not None]
+        for entry in rest[:MAX_EXTRA]:
+            if fix.output_sqnr_db_after >= CAUSE_DB:
+                break
+            if entry.kind != ACTIVATION:
+                bits[entry.name] = _enough_bits(graph, entry, probe, l_p_value)
+            else:
+                act_bits[entry.name] = _enough_activation_bits(graph, entry, probe, stats)
+            grown = _fix(graph, [*chosen, entry], bits, act_bits, l_p_value, stats)
+            grown.output_sqnr_db_before = fix.output_sqnr_db_before
+            grown.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, grown, l_p_value, stats))
+            if grown.output_sqnr_db_after > fix.output_sqnr_db_after:
+                chosen.append(entry)
+                fix = grown
+    after = before if fix.output_sqnr_db_after is None else fix.output_sqnr_db_after
+    if before < CAUSE_DB and after < CAUSE_DB:
+        spread = _spread_fix(entries, graph, probe, before, l_p_value, stats)
+        if spread is not None:
+            return spread
     return fix
+
+
+def _spread_fix(
+    entries: Sequence[QuantizerEntry],
+    graph: Graph,
+    probe: ImpactProbe,
+    before: float,
+    l_p_value: float,
+    stats: Mapping[str, NodeStatistics],
+) -> SuggestedFix | None:
+    """Every activation, or every weight, at `SPREAD_BITS`: the cheaper that lifts the
+    output to `CANDIDATE_DB`, else the better of the two; None if neither gains 3 dB."""
+    activations = {n.name: SPREAD_BITS for n in graph.nodes() if n.quant.activation is not None}
+    weights = {n.name: SPREAD_BITS for n in graph.nodes() if any(c.grid is not None for c in n.quant.weights.values())}
+    tried = []
+    for fix in (SuggestedFix(activation_n_bits=SPREAD_BITS), SuggestedFix(weights_n_bits=SPREAD_BITS)):
+        layers = activations if fix.activation_n_bits else weights
+        if not layers:
+            continue
+        variant = SuggestedFix(activation_bits=layers) if fix.activation_n_bits else SuggestedFix(weight_bits=layers)
+        _cost(graph, variant, l_p_value, stats, into=fix)
+        fix.output_sqnr_db_before = before
+        fix.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, variant, l_p_value, stats))
+        tried.append(fix)
+    good = [f for f in tried if f.output_sqnr_db_after >= CANDIDATE_DB]
+    best = min(good, key=_bytes) if good else max(tried, key=lambda f: f.output_sqnr_db_after, default=None)
+    if best is None or best.output_sqnr_db_after < before + 3.0:
+        return None
+    alone = [e.own_db for e in entries]
+    kinds = Counter(n.layer_type for n in graph.nodes() if n.quant.activation is not None)
+    measured = ", ".join(
+        f"every {'activation' if f.activation_n_bits else 'weight'} at {SPREAD_BITS} bits: {f.output_sqnr_db_after:.1f} dB"
+        for f in tried
+    )
+    best.spread = (
+        f"the output keeps {before:.1f} dB with every quantizer on, though no quantizer alone damages it "
+        f"({len(entries)} quantizers, each keeping {min(alone, default=0.0):.0f} dB or more of its own); "
+        f"the error accumulates over {sum(kinds.values())} quantized activations, most in "
+        + ", ".join(f"{t} ({c})" for t, c in kinds.most_common(3))
+        + f". Measured: {measured}."
+    )
+    return best
+
+
+def _bytes(fix: SuggestedFix) -> float:
+    return fix.weights_bytes_after + fix.activation_bytes_after
 
 
 def with_weight_bits(graph: Graph, layers: dict[str, int], l_p_value: float) -> Graph:
@@ -202,9 +323,33 @@ def with_weight_bits(graph: Graph, layers: dict[str, int], l_p_value: float) -> 
     return out
 
 
-def fixed_graph(graph: Graph, fix: SuggestedFix, l_p_value: float) -> Graph:
+def with_activation_bits(
+    graph: Graph, layers: dict[str, int], stats: Mapping[str, NodeStatistics], l_p_value: float = 2.0
+) -> Graph:
+    """A copy of ``graph`` whose ``layers`` have their outputs at those bits: the grid chosen
+    again from the layer's statistics, or (without them) the same range in finer steps."""
+    out = graph.copy()
+    for name, bits in layers.items():
+        cfg = out.node(name).quant.activation
+        if cfg is None or cfg.grid is None:
+            continue
+        cfg.n_bits = bits
+        if name in stats:
+            fill_activation_config(cfg, stats[name], l_p_value)
+        elif cfg.threshold is not None:
+            cfg.grid = symmetric_grid(cfg.threshold, bits, bool(cfg.signed))
+        elif cfg.range_min is not None and cfg.range_max is not None:
+            cfg.grid = uniform_grid(cfg.range_min, cfg.range_max, bits)
+    return out
+
+
+def fixed_graph(
+    graph: Graph, fix: SuggestedFix, l_p_value: float, stats: Mapping[str, NodeStatistics] | None = None
+) -> Graph:
     """``graph`` as the fix quantizes it."""
-    return without(with_weight_bits(graph, fix.weight_bits, l_p_value), fix.activations, fix.weights)
+    out = with_weight_bits(graph, fix.weight_bits, l_p_value)
+    out = with_activation_bits(out, fix.activation_bits, stats or {}, l_p_value)
+    return without(out, fix.activations, fix.weights)
 
 
 def _enough_bits(graph: Graph, entry: QuantizerEntry, probe: ImpactProbe | None, l_p_value: float) -> int | None:
@@ -219,13 +364,42 @@ def _enough_bits(graph: Graph, entry: QuantizerEntry, probe: ImpactProbe | None,
     return None
 
 
-def _fix(graph: Graph, chosen: Sequence[QuantizerEntry], bits: dict[str, int | None], l_p_value: float) -> SuggestedFix:
-    activations = [e.name for e in chosen if e.kind == ACTIVATION]
-    weights = [e.name for e in chosen if e.kind != ACTIVATION and bits.get(e.name) is None]
-    weight_bits = {e.name: bits[e.name] for e in chosen if e.kind != ACTIVATION and bits.get(e.name) is not None}
-    fix = SuggestedFix(activations, weights, weight_bits)
+def _enough_activation_bits(
+    graph: Graph, entry: QuantizerEntry, probe: ImpactProbe | None, stats: Mapping[str, NodeStatistics]
+) -> int | None:
+    """`MORE_ACTIVATION_BITS` if with them the activation alone keeps the output SQNR at
+    `CANDIDATE_DB` or more (a grid of finer steps, kept integer); None: it stays float."""
+    if probe is None or entry.bits >= MORE_ACTIVATION_BITS:
+        return None
+    variant = isolate(with_activation_bits(graph, {entry.name: MORE_ACTIVATION_BITS}, stats), entry)
+    return MORE_ACTIVATION_BITS if probe.output_sqnr_db(variant) >= CANDIDATE_DB else None
+
+
+def _fix(
+    graph: Graph,
+    chosen: Sequence[QuantizerEntry],
+    bits: dict[str, int | None],
+    act_bits: dict[str, int | None],
+    l_p_value: float,
+    stats: Mapping[str, NodeStatistics],
+) -> SuggestedFix:
+    weighted = [e for e in chosen if e.kind != ACTIVATION]
+    activated = [e for e in chosen if e.kind == ACTIVATION]
+    fix = SuggestedFix(
+        activations=[e.name for e in activated if act_bits.get(e.name) is None],
+        weights=[e.name for e in weighted if bits.get(e.name) is None],
+        weight_bits={e.name: bits[e.name] for e in weighted if bits.get(e.name) is not None},
+        activation_bits={e.name: act_bits[e.name] for e in activated if act_bits.get(e.name) is not None},
+    )
+    return _cost(graph, fix, l_p_value, stats, into=fix)
+
+
+def _cost(
+    graph: Graph, fix: SuggestedFix, l_p_value: float, stats: Mapping[str, NodeStatistics], into: SuggestedFix
+) -> SuggestedFix:
+    """``into`` with the memory before and after ``fix`` (the same fix, or its per-layer form)."""
     before = total(graph_memory(graph, quantized=True))
-    after = total(graph_memory(fixed_graph(graph, fix, l_p_value), quantized=True))
-    fix.weights_bytes_before, fix.weights_bytes_after = before.weights_bytes, after.weights_bytes
-    fix.activation_bytes_before, fix.activation_bytes_after = before.activation_bytes, after.activation_bytes
-    return fix
+    after = total(graph_memory(fixed_graph(graph, fix, l_p_value, stats), quantized=True))
+    into.weights_bytes_before, into.weights_bytes_after = before.weights_bytes, after.weights_bytes
+    into.activation_bytes_before, into.activation_bytes_after = before.activation_bytes, after.activation_bytes
+    return into

@@ -1,0 +1,143 @@
+"""A detection head's output joins box coordinates in pixels and class scores in 0-1 on one
+grid: the report measures the harm where it lands (the scores), names the concatenation as
+the cause with its part, and its fix gives the scores back.
+
+Over the whole output the boxes carry the signal power, so an output SQNR over the whole
+tensor stays high while every score rounds to one of two values (a real YOLO head at 8
+bits keeps 29 % of its float detections). The weights are constructed, the same in both
+frameworks, so the margins hold on any CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import model_compression_toolkit as mct
+from model_compression_toolkit.core.similarity.parts import sqnr_db
+
+ANALYZE = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=True))
+BOXES, CLASSES, FEATURES = 4, 6, 16
+
+
+def _weights(seed: int = 0) -> dict[str, np.ndarray]:
+    """Features from a 3x3 conv and ReLU; boxes 0-320 pixels; class logits of std ~3."""
+    rng = np.random.default_rng(seed)
+    w = {
+        "features": rng.normal(0, 0.4, (FEATURES, 3, 3, 3)).astype(np.float32),
+        "features_b": np.zeros(FEATURES, np.float32),
+        "box": rng.uniform(0, 45.0, (BOXES, FEATURES, 1, 1)).astype(np.float32),
+        "box_b": np.full(BOXES, 8.0, np.float32),
+        "cls": rng.normal(0, 1.2, (CLASSES, FEATURES, 1, 1)).astype(np.float32),
+        "cls_b": np.full(CLASSES, -1.0, np.float32),
+    }
+    return w
+
+
+def _data(channels_last: bool) -> np.ndarray:
+    x = np.random.default_rng(1).uniform(0, 1, (64, 3, 12, 12)).astype(np.float32)
+    return x.transpose(0, 2, 3, 1).copy() if channels_last else x
+
+
+def _torch_head():
+    import torch
+    from torch import nn
+
+    class DetectionHead(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.features = nn.Conv2d(3, FEATURES, 3, padding=1)
+            self.act = nn.ReLU()
+            self.box = nn.Conv2d(FEATURES, BOXES, 1)
+            self.cls = nn.Conv2d(FEATURES, CLASSES, 1)
+
+        def forward(self, x):
+            f = self.act(self.features(x))
+            return torch.cat([self.box(f), torch.sigmoid(self.cls(f))], dim=1)
+
+    model = DetectionHead().eval()
+    w = _weights()
+    with torch.no_grad():
+        for name in ("features", "box", "cls"):
+            getattr(model, name).weight.copy_(torch.from_numpy(w[name]))
+            getattr(model, name).bias.copy_(torch.from_numpy(w[name + "_b"]))
+    return model
+
+
+def _keras_head():
+    import keras
+
+    w = _weights()
+    x = keras.Input((12, 12, 3))
+    f = keras.layers.Conv2D(FEATURES, 3, padding="same", name="features")(x)
+    f = keras.layers.ReLU(name="act")(f)
+    box = keras.layers.Conv2D(BOXES, 1, name="box")(f)
+    cls = keras.layers.Activation("sigmoid", name="scores")(keras.layers.Conv2D(CLASSES, 1, name="cls")(f))
+    model = keras.Model(x, keras.layers.Concatenate(axis=-1, name="cat")([box, cls]))
+    for name in ("features", "box", "cls"):
+        model.get_layer(name).set_weights([w[name].transpose(2, 3, 1, 0), w[name + "_b"]])
+    return model
+
+
+def _predict(fw, model, x: np.ndarray) -> np.ndarray:
+    """Outputs with channels on axis 1 in both frameworks."""
+    y = fw.predict(model)(x) if fw.name == "pytorch" else np.asarray(model(x, training=False))
+    return np.asarray(y) if fw.name == "pytorch" else np.moveaxis(np.asarray(y), -1, 1)
+
+
+def _scores(y: np.ndarray) -> np.ndarray:
+    return y[:, BOXES:]
+
+
+def _recall(reference: np.ndarray, other: np.ndarray, confidence: float = 0.25) -> float:
+    """The share of the float detections (a class score over YOLO's default confidence
+    threshold at a position) found again."""
+    found = reference >= confidence
+    return float((other[found] >= confidence).mean()) if found.any() else 1.0
+
+
+@pytest.fixture
+def head(fw):
+    model = _torch_head() if fw.name == "pytorch" else _keras_head()
+    return model, _data(fw.channels_last)
+
+
+def test_a_detection_head_is_judged_on_its_scores_not_its_boxes(fw, head):
+    model, x = head
+
+    def gen():
+        for i in range(4):
+            yield [x[i * 16 : (i + 1) * 16]]
+
+    q_model, info = fw.ptq(model, gen, core_config=ANALYZE)
+    y_float, y_q = _predict(fw, model, x), _predict(fw, q_model, x)
+    assert 200 < y_float[:, :BOXES].max() < 400 and _scores(y_float).max() <= 1.0  # the head is as described
+    # the damage is real and hides over the whole output
+    assert sqnr_db([y_float], [y_q]) > 25
+    assert sqnr_db([_scores(y_float)], [_scores(y_q)]) < 12
+    assert _recall(_scores(y_float), _scores(y_q)) < 0.8
+
+    report = info.similarity
+    first = report.quantizers[0]
+    assert first.kind == "activation" and first.cause, report.summary()
+    assert first.layer_type.lower().startswith(("cat", "concat")), report.summary()
+    assert first.output_sqnr_db < 12 and first.output_whole_db > 25
+    assert f"channels {BOXES}-{BOXES + CLASSES - 1}" in first.output_part, first.output_part
+    assert first.output_part_distinct <= 4
+    assert first.input_range_spread > 100
+    assert "distinct values" in report.summary() and first.output_part in report.summary()
+
+    fix = report.suggested_fix()
+    assert fix.activation_bits == {first.name: 16} and not fix.activations, fix.code()  # integer, not float
+    fixed, _ = fw.ptq(model, gen, core_config=dataclasses.replace(ANALYZE, keep_float=fix))
+    y_fixed = _predict(fw, fixed, x)
+    assert sqnr_db([_scores(y_float)], [_scores(y_fixed)]) > 25
+    assert _recall(_scores(y_float), _scores(y_fixed)) >= 0.97
+
+    # the snippet the report prints pastes as it is and quantizes the same
+    scope: dict = {}
+    exec(fix.code(), scope)
+    pasted, _ = fw.ptq(model, gen, core_config=scope["core_config"])
+    np.testing.assert_allclose(_predict(fw, pasted, x), y_fixed, rtol=0, atol=1e-4)
