@@ -177,7 +177,17 @@ class DequantizedWeights(nn.Module):
                 getattr(self, f"{key}_zero_point"),
                 axis,
             )
-        return torch.func.functional_call(self.module, weights, args, kwargs, strict=False)
+        if not torch.jit.is_tracing():
+            return torch.func.functional_call(self.module, weights, args, kwargs, strict=False)
+        for path, value in weights.items():  # torch.jit.trace refuses functional_call (`_write_traced`)
+            owner_path, _, attr = path.rpartition(".")
+            setattr(self.module.get_submodule(owner_path) if owner_path else self.module, attr, value)
+        try:
+            return self.module(*args, **kwargs)
+        finally:
+            for path in weights:
+                owner_path, _, attr = path.rpartition(".")
+                delattr(self.module.get_submodule(owner_path) if owner_path else self.module, attr)
 
     def extra_repr(self) -> str:
         return f"node={self.node_name!r}"
@@ -247,18 +257,26 @@ def write_onnx(
     batch = torch.export.Dim("batch")
     dynamic = tuple({0: batch} if a.dim() > 0 else None for a in args)
     try:
-        program = _export(model, args, opset, dynamic, input_names(graph))
-    except Exception:  # noqa: BLE001 - e.g. a model whose batch size is fixed in its code: try without
+        program = _capture(model, args, dynamic)
+    except Exception as err:  # noqa: BLE001 - e.g. a model whose batch size is fixed in its code: try without
+        if _data_dependent(err):
+            return _write_traced(model, args, path, graph, opset)
         try:
-            program = _export(model, args, opset, None, input_names(graph))
-        except Exception as err:  # noqa: BLE001 - torch.export's and the ONNX translation's many error types
+            program = _capture(model, args, None)
+        except Exception as err:  # noqa: BLE001 - torch.export's many error types
             raise ExportError(
-                f"torch.onnx.export could not export the quantized model: {_first_line(err)}"
+                f"torch.export could not capture the quantized model: {_first_line(err)}"
             ) from err
         notes.append(
             f"the ONNX model takes batches of {len(args[0])} samples only: its batch size is fixed in its code"
         )
-    figures = onnx_model.finish(program.model_proto, path, graph)
+    try:
+        onnx_program = _export(program, opset, input_names(graph))
+    except Exception as err:  # noqa: BLE001 - the ONNX translation's many error types
+        raise ExportError(
+            f"torch.onnx.export could not export the quantized model: {_first_line(err)}"
+        ) from err
+    figures = onnx_model.finish(onnx_program.model_proto, path, graph)
     return notes, figures
 
 
@@ -273,13 +291,94 @@ def _at_least_two(example: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [np.concatenate([x, x]) if np.ndim(x) > 0 and len(x) == 1 else x for x in example]
 
 
-def _export(model: nn.Module, args: tuple, opset: int, dynamic: Any, inputs: list[str]) -> Any:
-    """``torch.onnx.export`` of ``model``; the outputs are named afterwards (`onnx_model.name_outputs`),
-    as the exporter's own renaming can give two tensors one name."""
+def _capture(model: nn.Module, args: tuple, dynamic: Any) -> Any:
+    """The model as a ``torch.export`` program (``strict=False``)."""
+    with warnings.catch_warnings(), _quiet_onnx_logging():
+        warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning, UserWarning))
+        return torch.export.export(model, args, dynamic_shapes=dynamic, strict=False)
+
+
+def _write_traced(
+    model: nn.Module, args: tuple, path: Path, graph: Graph, opset: int
+) -> tuple[list[str], dict[str, float]]:
+    """Export by tracing with real tensors (``torch.onnx.export(dynamo=False)``): for a model
+    whose code branches on the value of a constant (onnx2torch's ``Reshape`` asks
+    ``torch.any(shape == 0)``, its ``Slice`` reads its axes with ``.numpy()``).
+
+    ``torch.export`` lifts every tensor attribute to an input without a value, so such a
+    branch is data-dependent to it, though it is the same on every call; a trace takes
+    the branch the constant takes. The batch dimension stays dynamic.
+    """
+    import io
+
+    import onnx
+
+    from model_compression_toolkit.pytorch import onnx_model
+
+    _register_symbolics(min(opset, 17))
+    buffer = io.BytesIO()
+    names = input_names(graph)
+    with warnings.catch_warnings(), torch.no_grad(), _quiet_onnx_logging():
+        warnings.simplefilter("ignore")
+        try:
+            traced = torch.jit.trace(model, args, check_trace=False)  # onnx2torch's modules run as in eager
+            torch.onnx.export(
+                traced, args, buffer, dynamo=False, opset_version=min(opset, 17), input_names=names,
+                dynamic_axes={n: {0: "batch"} for n, a in zip(names, args) if a.dim() > 0},
+            )  # fmt: skip
+        except Exception as err:  # noqa: BLE001 - the TorchScript exporter's many error types
+            raise ExportError(
+                f"torch.onnx.export (traced) could not export the quantized model: {_first_line(err)}"
+            ) from err
+    proto = onnx.load_model_from_string(buffer.getvalue())
+    return [], onnx_model.finish(proto, path, graph)
+
+
+def _register_symbolics(opset: int) -> None:
+    """The two ops as ONNX's own, for the TorchScript exporter (`onnx_translations` for dynamo)."""
+    from torch.onnx import register_custom_op_symbolic, symbolic_helper, symbolic_opset11
+
+    types = {"int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16, "uint16": torch.uint16}
+
+    @symbolic_helper.parse_args("v", "f", "i", "i", "i", "s")
+    def quantize_dequantize(
+        g: Any, x: Any, scale: float, zero_point: int, lo: int, hi: int, dtype: str
+    ) -> Any:
+        s = g.op("Constant", value_t=torch.tensor(scale, dtype=torch.float32))
+        zp = g.op("Constant", value_t=torch.tensor(zero_point, dtype=types[dtype]))
+        q = g.op("QuantizeLinear", x, s, zp)
+        if (lo, hi) != _range(dtype):  # a grid narrower than its type: stay on it
+            bounds = [g.op("Constant", value_t=torch.tensor(v, dtype=types[dtype])) for v in (lo, hi)]
+            q = g.op("Clip", q, *bounds)
+        return g.op("DequantizeLinear", q, s, zp)
+
+    @symbolic_helper.parse_args("v", "v", "v", "i")
+    def dequantize(g: Any, q: Any, scale: Any, zero_point: Any, axis: int) -> Any:
+        return g.op("DequantizeLinear", q, scale, zero_point, axis_i=axis)
+
+    register_custom_op_symbolic(f"{NAMESPACE}::quantize_dequantize", quantize_dequantize, opset)
+    # the exporter writes ``clamp`` but not its alias ``clip`` (onnx2torch's Clip calls torch.clip)
+    register_custom_op_symbolic("aten::clip", symbolic_opset11.clamp, opset)
+    register_custom_op_symbolic(f"{NAMESPACE}::dequantize", dequantize, opset)
+
+
+def _data_dependent(err: BaseException) -> bool:
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    while err is not None:
+        if isinstance(err, GuardOnDataDependentSymNode):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _export(program: Any, opset: int, inputs: list[str]) -> Any:
+    """``torch.onnx.export`` of the captured ``program``; the outputs are named afterwards
+    (`onnx_model.name_outputs`), as the exporter's own renaming can give two tensors one name."""
     with warnings.catch_warnings(), _quiet_onnx_logging():
         warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning, UserWarning))
         return torch.onnx.export(
-            model, args, dynamo=True, opset_version=opset, dynamic_shapes=dynamic, input_names=inputs,
+            program, dynamo=True, opset_version=opset, input_names=inputs,
             custom_translation_table=onnx_translations(), verbose=False, report=False,
         )  # fmt: skip
 
