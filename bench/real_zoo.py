@@ -6,8 +6,8 @@ report's suggested fix, with the report's first causes and the exported file's p
 
 For each model: the float metric; PTQ with a log folder (similarity analysis on; its
 seconds are the PTQ column) and the 8-bit metric; the first 3 causes
-(``info.similarity.causes()``); PTQ again with ``CoreConfig(keep_float=fix)`` and its
-metric; the ONNX (PyTorch) or .keras (Keras) export's parity with the quantized model.
+(``info.similarity.causes()``); PTQ again with the suggested fix
+(``fix.apply(CoreConfig())``: layers kept float, or more bits where the loss is spread) and its metric; the ONNX (PyTorch) or .keras (Keras) export's parity with the quantized model.
 A step that fails writes its error into the row and the run goes on.
 """
 
@@ -52,7 +52,22 @@ def _fmt(result: dict | None, primary: str) -> str:
 
 def _error(step: str, e: BaseException) -> str:
     line = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{step}: {type(e).__name__}: {line[:200]}"
+    return f"{step}: {type(e).__name__}: {line[:300]}"
+
+
+def _describe(fix) -> str:
+    """What the suggested fix changes: layers kept float, more bits."""
+    parts = []
+    if fix.activations or fix.weights:
+        parts.append(f"{len(fix.activations)} act + {len(fix.weights)} w float")
+    for kind in ("activation", "weights"):
+        bits = getattr(fix, f"{kind}_n_bits", None)
+        if bits:
+            parts.append(f"all {kind} {bits} bits")
+    layer_bits = {**getattr(fix, "activation_bits", {}), **getattr(fix, "weight_bits", {})}
+    if layer_bits:
+        parts.append(f"{len(layer_bits)} layers more bits")
+    return ", ".join(parts) or "fix"
 
 
 def measure(name: str) -> dict:
@@ -102,10 +117,10 @@ def measure(name: str) -> dict:
             ]
             row["cause_count"] = len(report.causes())
             fix = report.suggested_fix()
-        if fix is not None and len(fix):
-            row["fix"] = f"{len(fix.activations)} act + {len(fix.weights)} w float"
+        if fix:
+            row["fix"] = _describe(fix)
             try:
-                fixed, _ = ptq(model, lambda: iter(batches), core_config=mct.core.CoreConfig(keep_float=fix))
+                fixed, _ = ptq(model, lambda: iter(batches), core_config=fix.apply(mct.core.CoreConfig()))
                 row["fixed"] = case.evaluate(fixed)
             except Exception as e:
                 row["errors"].append(_error("fix", e))
