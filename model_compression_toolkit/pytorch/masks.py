@@ -19,7 +19,7 @@ ONNX is (an 8-bit grid on pixel coordinates would move the boxes)::
 
 from __future__ import annotations
 
-from model_compression_toolkit.core.graph import VALUE_PRESERVING, Graph, OpKind
+from model_compression_toolkit.core.graph import VALUE_PRESERVING, Graph, Node, OpKind
 from model_compression_toolkit.pytorch.ops import Ref
 
 _MASK_KEYWORD, _MASK_POSITION = "attn_mask", 3  # F.scaled_dot_product_attention(q, k, v, attn_mask)
@@ -53,30 +53,51 @@ def no_activation(graph: Graph) -> list[str]:
 
 
 def from_shapes(graph: Graph) -> list[str]:
-    """Turn every node whose value depends on the inputs' shapes only into OpKind.SHAPE: an
-    op that moves values (`VALUE_PRESERVING`) when its first input is such a node (the
-    others give sizes: ``class_token.expand(n, -1, -1)`` stays a reshape of a constant), any
-    other op when one input is such a node and every other one a SHAPE or CONSTANT node.
+    """Turn every node whose value depends on the inputs' shapes only, not on their values,
+    into OpKind.SHAPE: an op that moves values (`VALUE_PRESERVING`) when its first input is
+    such a node (the others give sizes: ``class_token.expand(n, -1, -1)`` stays a reshape
+    of a constant), any other op when one of its inputs is. Token ids reshaped to a SHAPE
+    node still carry the input's values: an embedding of them stays an activation.
     Returns their names."""
+    valued: dict[str, bool] = {}  # the value depends on an input's values
     derived: set[str] = set()
     changed = []
     for name in graph.topological_order():
         node = graph.node(name)
+        edges = sorted(graph.in_edges(name), key=lambda e: e.dst_index)
+        sources = [e.src for e in edges]
+        if node.kind in (OpKind.INPUT, OpKind.CONSTANT) or _reads_shape(node):
+            valued[name] = node.kind == OpKind.INPUT
+        else:
+            valued[name] = any(valued.get(s, True) for s in sources)
+        if valued[name] or node.kind in (OpKind.INPUT, OpKind.CONSTANT) or not edges:
+            continue
         if node.kind == OpKind.SHAPE:
             derived.add(name)
             continue
-        edges = sorted(graph.in_edges(name), key=lambda e: e.dst_index)
-        if node.kind in (OpKind.INPUT, OpKind.CONSTANT) or not edges:
-            continue
-        sources = [e.src for e in edges]
-        if node.kind in VALUE_PRESERVING:
-            fixed = sources[0] in derived
-        else:
-            fixed = any(s in derived for s in sources) and all(
-                s in derived or graph.node(s).kind == OpKind.CONSTANT for s in sources
-            )
-        if fixed:
+        first = sources[0] in derived
+        if first if node.kind in VALUE_PRESERVING else any(s in derived for s in sources):
             node.kind = OpKind.SHAPE
             derived.add(name)
             changed.append(name)
     return changed
+
+
+_SHAPE_READERS = frozenset({"size", "dim", "numel", "sym_size", "sym_numel", "len", "OnnxShape"})
+
+
+def _reads_shape(node: Node) -> bool:
+    """Whether the node reads its input's shape only: ``x.size(0)``, ``x.shape``, ``len(x)``,
+    ATen's ``sym_size``, onnx2torch's Shape."""
+    payload = node.payload or {}
+    op, target, args = payload.get("op"), payload.get("target"), payload.get("args", ())
+    if op == "call_method":
+        return target in _SHAPE_READERS
+    if op == "call_module":
+        return type(payload.get("module")).__name__ in _SHAPE_READERS
+    if op != "call_function":
+        return False
+    if target is getattr:
+        return len(args) > 1 and args[1] == "shape"
+    packet = getattr(target, "overloadpacket", target)
+    return getattr(packet, "__name__", "") in _SHAPE_READERS
