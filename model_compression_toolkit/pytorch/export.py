@@ -259,11 +259,13 @@ def write_onnx(
     try:
         program = _capture(model, args, dynamic)
     except Exception as err:  # noqa: BLE001 - e.g. a model whose batch size is fixed in its code: try without
-        if _data_dependent(err):
+        if _reads_constants(err):
             return _write_traced(model, args, path, graph, opset)
         try:
             program = _capture(model, args, None)
         except Exception as err:  # noqa: BLE001 - torch.export's many error types
+            if _reads_constants(err):
+                return _write_traced(model, args, path, graph, opset)
             raise ExportError(
                 f"torch.export could not capture the quantized model: {_first_line(err)}"
             ) from err
@@ -362,13 +364,18 @@ def _register_symbolics(opset: int) -> None:
     register_custom_op_symbolic(f"{NAMESPACE}::dequantize", dequantize, opset)
 
 
-def _data_dependent(err: BaseException) -> bool:
+def _reads_constants(err: BaseException) -> bool:
+    """Whether torch.export stopped at code reading a tensor's values: a data-dependent
+    branch, or ``.numpy()`` on a lifted constant (`_write_traced`)."""
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-    while err is not None:
-        if isinstance(err, GuardOnDataDependentSymNode):
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, GuardOnDataDependentSymNode) or "not supported for tensor subclasses" in str(
+            seen
+        ):
             return True
-        err = err.__cause__ or err.__context__
+        seen = seen.__cause__ or seen.__context__
     return False
 
 
