@@ -141,3 +141,64 @@ def test_a_detection_head_is_judged_on_its_scores_not_its_boxes(fw, head):
     exec(fix.code(), scope)
     pasted, _ = fw.ptq(model, gen, core_config=scope["core_config"])
     np.testing.assert_allclose(_predict(fw, pasted, x), y_fixed, rtol=0, atol=1e-4)
+
+
+def _deep_residual_mlp(blocks: int = 48, width: int = 16):
+    """Residual blocks with hard-swish and an RMS norm written as ONNX writes them (add, clip,
+    mul, div, sqrt...): every op its own quantizer, as in a converted OCR network."""
+    import torch
+    from torch import nn
+
+    class Deep(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inp = nn.Linear(8, width)
+            self.blocks = nn.ModuleList(nn.Linear(width, width) for _ in range(blocks))
+            self.out = nn.Linear(width, 4)
+
+        def forward(self, x):
+            x = self.inp(x)
+            for block in self.blocks:
+                h = block(x)
+                x = x + h * torch.clamp(h + 3, 0, 6) / 6
+                x = x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-5)
+            return self.out(x)
+
+    model = Deep().eval()
+    rng = np.random.default_rng(0)
+    with torch.no_grad():
+        for layer in [model.inp, *model.blocks, model.out]:
+            fan_in = layer.weight.shape[1]
+            layer.weight.copy_(torch.from_numpy(rng.normal(0, 1 / np.sqrt(fan_in), layer.weight.shape).astype(np.float32)))
+            layer.bias.zero_()
+    return model
+
+
+def test_a_loss_spread_over_hundreds_of_quantizers_is_said_and_its_setting_restores_it():
+    """No quantizer alone damages the output, all of them together do (4-bit activations,
+    each quantizer keeping 20 dB or more): the report says the loss is spread, where it
+    accumulates, and suggests the cheapest setting it measured to restore it (every
+    activation at 8 bits), which does."""
+    torch = pytest.importorskip("torch")
+    model = _deep_residual_mlp()
+    x = np.random.default_rng(0).normal(0, 1, (64, 8)).astype(np.float32)
+
+    def gen():
+        for i in range(4):
+            yield [x[i * 16 : (i + 1) * 16]]
+
+    config = dataclasses.replace(ANALYZE, quantization_config=mct.core.QuantizationConfig(activation_n_bits=4))
+    q_model, info = mct.ptq.pytorch_post_training_quantization(model, gen, core_config=config)
+    report, fix = info.similarity, info.similarity.suggested_fix()
+    assert report.causes() == [], report.summary()
+    assert fix.spread is not None and "the loss is spread" in report.summary(), report.summary()
+    assert "every activation at 8 bits" in fix.spread and "every weight at 16 bits" in fix.spread
+    assert fix.activation_n_bits == 8 and not fix.activations and not fix.weights, fix.code()
+    assert fix.output_sqnr_db_after >= 30 > 20 > fix.output_sqnr_db_before, fix.summary()
+
+    with torch.no_grad():
+        run = lambda m: m(torch.from_numpy(x)).numpy()  # noqa: E731
+        y_float, y_q = run(model), run(q_model)
+        fixed, _ = mct.ptq.pytorch_post_training_quantization(model, gen, core_config=fix.apply(config))
+        y_fixed = run(fixed)
+    assert sqnr_db([y_float], [y_fixed]) > sqnr_db([y_float], [y_q]) + 15

@@ -28,6 +28,8 @@ from model_compression_toolkit.core.calibration.statistics import (
 from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.observers.protos import canvas_png
 
+MAX_IMAGES = 48  # pictures of layers without outlier channels, at most
+
 CARD_PX = 350  # the width of TensorBoard's image card: images drawn wider are shrunk
 HEIGHT_PX = 290
 DPI = 100
@@ -170,9 +172,14 @@ def _levels(node: Node) -> int:
 
 
 def channel_images(graph: Graph, stats: dict[str, NodeStatistics]) -> list[tuple[str, bytes, str]]:
-    """(tag, PNG, title) of every quantized activation's per-channel ranges, outliers first."""
+    """(tag, PNG, title) of the quantized activations' per-channel ranges, outliers first:
+    every layer with outlier channels, then the others in order up to `MAX_IMAGES` (a
+    600-layer network would otherwise spend half a minute drawing pictures no one pages
+    through; the Scalars' per-channel series keep every layer)."""
     plots, out = ChannelPlots(), []
-    for k, (name, outliers) in enumerate(ordered(graph, stats), start=1):
+    rows = ordered(graph, stats)
+    rows = [row for k, row in enumerate(rows) if row[1].size or k < MAX_IMAGES]
+    for k, (name, outliers) in enumerate(rows, start=1):
         node = graph.node(name)
         out.append((f"{TAG}/{k:03d}_{name}", plots.png(node, stats[name], outliers), title(node, outliers)))
     return out

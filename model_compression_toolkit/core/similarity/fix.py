@@ -15,9 +15,9 @@ it, a few at most.
 When no quantizer damages the output on its own but all of them together do (a deep
 network whose every quantizer keeps 30 dB or more, the error growing over hundreds of
 them), no ranking of single quantizers can name a cause: the loss is *spread*. The fix
-is then the setting that restores the output everywhere, measured: every activation at 16
-bits, or every weight at 16 bits, the cheaper of those that lift the output to
-`CANDIDATE_DB` (or the better, when neither does).
+is then the setting that restores the output everywhere, measured: every activation, or
+every weight, at 8 bits (where they have fewer) or 16, the cheapest of those that lift the
+output to `CANDIDATE_DB` (or the best, when none does).
 
     q_model, info = mct.ptq.pytorch_post_training_quantization(model, data_gen)
     fix = info.similarity.suggested_fix()
@@ -38,6 +38,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
+
+import numpy as np
 
 from model_compression_toolkit.core.bit_width import BitWidthConfig
 from model_compression_toolkit.core.calibration.quantizers import symmetric_grid, uniform_grid
@@ -60,7 +62,7 @@ from model_compression_toolkit.core.similarity.causes import (
 MAX_EXTRA = 3  # entries added to a fix that does not yet lift the output above CAUSE_DB
 MORE_BITS = (4, 6, 8, 12, 16)  # the weight bit-widths a fix may give a layer, fewest first
 MORE_ACTIVATION_BITS = 16  # the bits a fix may give an activation before keeping it float
-SPREAD_BITS = 16  # every activation (or weight) at these bits: the fix of a spread loss
+SPREAD_BITS = (8, 16)  # every activation (or weight) at one of these: the fix of a spread loss
 
 
 @dataclass
@@ -175,6 +177,11 @@ class SuggestedFix(Sequence):
         lines.append("core_config = mct.core.CoreConfig(" + ", ".join(args) + ")")
         return "\n".join(lines)
 
+    @property
+    def restores(self) -> bool | None:
+        """Whether the fix lifts the output to `CAUSE_DB` or more (None: not measured)."""
+        return None if self.output_sqnr_db_after is None else self.output_sqnr_db_after >= CAUSE_DB
+
     def summary(self) -> str:
         """The fix, what it costs in memory, and what it gives, in a few lines."""
         if not self:
@@ -191,6 +198,11 @@ class SuggestedFix(Sequence):
         if self.output_sqnr_db_before is not None and self.output_sqnr_db_after is not None:
             lines.append(
                 f"  output SQNR {self.output_sqnr_db_before:.1f} dB -> {self.output_sqnr_db_after:.1f} dB with it"
+            )
+        if self.restores is False:
+            lines.append(
+                f"  it does NOT restore the output (under {CAUSE_DB:g} dB with it): the causes found are not the "
+                "whole loss; check the task metric, and keep more of the ranked quantizers float or at 16 bits"
             )
         return "\n".join(lines)
 
@@ -221,8 +233,9 @@ def suggest_fix(
     stats: Mapping[str, NodeStatistics] | None = None,
 ) -> SuggestedFix:
     """The causes among ``entries`` (ranked) fixed, measured with ``probe`` and grown by the
-    next entries in rank order while the output stays under `CAUSE_DB`; where that does not
-    lift the output, the setting that restores a spread loss (see the module doc).
+    next entries in rank order while the output stays under `CAUSE_DB` (activations given
+    16 bits each that do not restore it together are kept float instead); without a cause,
+    the setting that restores a spread loss (see the module doc).
 
     Args:
         entries: every quantizer, ranked worst first (`causes.measure_impacts`).
@@ -241,27 +254,35 @@ def suggest_fix(
     if probe is None:
         return fix
     before = probe.output_sqnr_db(graph)
-    if chosen:
-        fix.output_sqnr_db_before = before
-        fix.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, fix, l_p_value, stats))
-        rest = [e for e in entries if not e.cause and e.output_sqnr_db is not None]
-        for entry in rest[:MAX_EXTRA]:
-            if fix.output_sqnr_db_after >= CAUSE_DB:
-                break
-            if entry.kind != ACTIVATION:
-                bits[entry.name] = _enough_bits(graph, entry, probe, l_p_value)
-            else:
-                act_bits[entry.name] = _enough_activation_bits(graph, entry, probe, stats)
-            grown = _fix(graph, [*chosen, entry], bits, act_bits, l_p_value, stats)
-            grown.output_sqnr_db_before = fix.output_sqnr_db_before
-            grown.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, grown, l_p_value, stats))
-            if grown.output_sqnr_db_after > fix.output_sqnr_db_after:
-                chosen.append(entry)
-                fix = grown
-    after = before if fix.output_sqnr_db_after is None else fix.output_sqnr_db_after
-    if before < CAUSE_DB and after < CAUSE_DB:
-        spread = _spread_fix(entries, graph, probe, before, l_p_value, stats)
-        if spread is not None:
+    if not chosen:  # nothing harmful alone: a loss spread over many quantizers, if any
+        spread = _spread_fix(entries, graph, probe, before, l_p_value, stats) if before < CAUSE_DB else None
+        return spread if spread is not None else fix
+    fix.output_sqnr_db_before = before
+    fix.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, fix, l_p_value, stats))
+    if fix.output_sqnr_db_after < CAUSE_DB and fix.activation_bits:  # 16 bits each alone, not together
+        act_bits = dict.fromkeys(act_bits)
+        floated = _fix(graph, chosen, bits, act_bits, l_p_value, stats)
+        floated.output_sqnr_db_before = before
+        floated.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, floated, l_p_value, stats))
+        if floated.output_sqnr_db_after > fix.output_sqnr_db_after:
+            fix = floated
+    rest = [e for e in entries if not e.cause and e.output_sqnr_db is not None]
+    for entry in rest[:MAX_EXTRA]:
+        if fix.output_sqnr_db_after >= CAUSE_DB:
+            break
+        if entry.kind != ACTIVATION:
+            bits[entry.name] = _enough_bits(graph, entry, probe, l_p_value)
+        else:
+            act_bits[entry.name] = _enough_activation_bits(graph, entry, probe, stats)
+        grown = _fix(graph, [*chosen, entry], bits, act_bits, l_p_value, stats)
+        grown.output_sqnr_db_before = fix.output_sqnr_db_before
+        grown.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, grown, l_p_value, stats))
+        if grown.output_sqnr_db_after > fix.output_sqnr_db_after:
+            chosen.append(entry)
+            fix = grown
+    if fix.output_sqnr_db_after < CAUSE_DB:  # the causes are not the whole loss: is it spread?
+        spread = _spread_fix(entries, graph, probe, before, l_p_value, stats, causes=len(chosen))
+        if spread is not None and spread.output_sqnr_db_after > fix.output_sqnr_db_after + 3.0:
             return spread
     return fix
 
@@ -273,21 +294,27 @@ def _spread_fix(
     before: float,
     l_p_value: float,
     stats: Mapping[str, NodeStatistics],
+    causes: int = 0,
 ) -> SuggestedFix | None:
-    """Every activation, or every weight, at `SPREAD_BITS`: the cheaper that lifts the
-    output to `CANDIDATE_DB`, else the better of the two; None if neither gains 3 dB."""
-    activations = {n.name: SPREAD_BITS for n in graph.nodes() if n.quant.activation is not None}
-    weights = {n.name: SPREAD_BITS for n in graph.nodes() if any(c.grid is not None for c in n.quant.weights.values())}
+    """Every activation, or every weight, at `SPREAD_BITS` (8 first where they have fewer):
+    the cheapest that lifts the output to `CANDIDATE_DB`, else the best; None if none gains
+    3 dB. ``causes``: how many causes a fix of their own did not restore."""
+    acts = [n for n in graph.nodes() if n.quant.activation is not None and n.quant.activation.grid is not None]
+    weighted = [n for n in graph.nodes() if any(c.grid is not None for c in n.quant.weights.values())]
+    act_now = max((n.quant.activation.n_bits for n in acts), default=SPREAD_BITS)
+    w_now = max((c.n_bits for n in weighted for c in n.quant.weights.values()), default=SPREAD_BITS)
     tried = []
-    for fix in (SuggestedFix(activation_n_bits=SPREAD_BITS), SuggestedFix(weights_n_bits=SPREAD_BITS)):
-        layers = activations if fix.activation_n_bits else weights
-        if not layers:
-            continue
-        variant = SuggestedFix(activation_bits=layers) if fix.activation_n_bits else SuggestedFix(weight_bits=layers)
-        _cost(graph, variant, l_p_value, stats, into=fix)
-        fix.output_sqnr_db_before = before
-        fix.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, variant, l_p_value, stats))
-        tried.append(fix)
+    for is_act, now, nodes in ((True, act_now, acts), (False, w_now, weighted)):
+        for bits in (b for b in SPREAD_BITS if b > now):  # the fewest bits that restore, per kind
+            layers = {n.name: bits for n in nodes}
+            fix = SuggestedFix(activation_n_bits=bits) if is_act else SuggestedFix(weights_n_bits=bits)
+            variant = SuggestedFix(activation_bits=layers) if is_act else SuggestedFix(weight_bits=layers)
+            _cost(graph, variant, l_p_value, stats, into=fix)
+            fix.output_sqnr_db_before = before
+            fix.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, variant, l_p_value, stats))
+            tried.append(fix)
+            if fix.output_sqnr_db_after >= CANDIDATE_DB:
+                break
     good = [f for f in tried if f.output_sqnr_db_after >= CANDIDATE_DB]
     best = min(good, key=_bytes) if good else max(tried, key=lambda f: f.output_sqnr_db_after, default=None)
     if best is None or best.output_sqnr_db_after < before + 3.0:
@@ -295,12 +322,18 @@ def _spread_fix(
     alone = [e.own_db for e in entries]
     kinds = Counter(n.layer_type for n in graph.nodes() if n.quant.activation is not None)
     measured = ", ".join(
-        f"every {'activation' if f.activation_n_bits else 'weight'} at {SPREAD_BITS} bits: {f.output_sqnr_db_after:.1f} dB"
+        f"every {'activation' if f.activation_n_bits else 'weight'} at "
+        f"{f.activation_n_bits or f.weights_n_bits} bits: {f.output_sqnr_db_after:.1f} dB"
         for f in tried
     )
+    alone_text = (
+        f"fixing the {causes} quantizers that damage it alone does not restore it"
+        if causes
+        else f"though no quantizer alone damages it ({len(entries)} quantizers, the median keeping "
+        f"{float(np.median(alone)) if alone else 0.0:.0f} dB of its own)"
+    )
     best.spread = (
-        f"the output keeps {before:.1f} dB with every quantizer on, though no quantizer alone damages it "
-        f"({len(entries)} quantizers, each keeping {min(alone, default=0.0):.0f} dB or more of its own); "
+        f"the output keeps {before:.1f} dB with every quantizer on, {alone_text}; "
         f"the error accumulates over {sum(kinds.values())} quantized activations, most in "
         + ", ".join(f"{t} ({c})" for t, c in kinds.most_common(3))
         + f". Measured: {measured}."
