@@ -11,6 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
+from model_compression_toolkit.core.composites import find_composites
 from model_compression_toolkit.core.config import KeepFloat, QuantizationConfig
 from model_compression_toolkit.core.graph import VALUE_PRESERVING, WEIGHTED, Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import (
@@ -152,7 +153,8 @@ def assign_quantization(
     """Decide for every node whether its weights and output are quantized, and why not.
 
     A layer followed only by an activation (``conv -> relu``) is quantized after the
-    activation: its own output stays float inside the fused pair. Then ``edits`` change
+    activation: its own output stays float inside the fused pair; so is an activation
+    written as ops (`quantize_composites_once`). Then ``edits`` change
     what was decided, in order; last, layers selected by ``keep_float`` rules keep their
     weights and/or output in float.
     """
@@ -182,6 +184,7 @@ def assign_quantization(
                 q.activation.shift_negative_ratio = float(config.shift_negative_ratio)
         q.activation_float_reason = reason
         node.quant = q
+    quantize_composites_once(graph)
     for edit in edits:
         edit.apply(graph, config)
     float_weights, float_outputs = kept_float(graph, keep_float)
@@ -191,6 +194,38 @@ def assign_quantization(
             q.weights, q.weights_float_reason = {}, KEPT_FLOAT
         if node.name in float_outputs and q.activation is not None:
             q.activation, q.activation_float_reason = None, KEPT_FLOAT
+
+
+def quantize_composites_once(graph: Graph) -> None:
+    """Quantize a hard-swish or hard-sigmoid written as ops (`core.composites`) only at its
+    output, as a fused one is::
+
+        x -> add(3) -> relu6 -> mul(x, .) -> div(6) -> q
+             (float)  (float)  (float)
+
+    Each intermediate keeps no quantizer (its float reason says why); the layer that
+    computes ``x``, when nothing else reads it, is fused with the activation as
+    ``conv -> relu`` is. A node whose output cannot be quantized anyway is left alone.
+    """
+    for composite in find_composites(graph):
+        out = graph.node(composite.output)
+        if out.quant.activation is None:
+            continue  # the output itself stays float (a shape op, an empty tensor): nothing to move
+        for name in composite.inner:
+            q = graph.node(name).quant
+            if q.activation is not None or q.fused_into is not None:  # ``add -> relu6`` was fused: no longer
+                q.activation, q.activation_float_reason, q.fused_into = None, composite.reason(), None
+        source = graph.node(composite.source)
+        inside = {*composite.inner, composite.output}
+        if (
+            source.quant.activation is not None
+            and source.kind != OpKind.INPUT
+            and not graph.is_output(source.name)
+            and all(e.dst in inside for e in graph.out_edges(source.name))
+        ):
+            source.quant.activation = None
+            source.quant.activation_float_reason = f"fused with the activation {out.name!r}: quantized after it"
+            source.quant.fused_into = out.name
 
 
 def default_activation(config: QuantizationConfig) -> ActivationQuantConfig:

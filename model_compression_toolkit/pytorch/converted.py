@@ -65,6 +65,8 @@ _BY_CLASS: dict[str, Entry] = {
 # OnnxBinaryMathOperation's ``math_op_function`` by name: the kinds operator.add & co. have.
 _MATH = {"add": OpKind.ADD, "sub": OpKind.SUB, "mul": OpKind.MUL, "_onnx_div": OpKind.ELEMENTWISE}
 _MATH["div"] = OpKind.ELEMENTWISE
+# divisions are ELEMENTWISE named by ``attrs["function"] = "div"``: `core.composites` finds ``t / 6``
+_DIVISIONS = frozenset({"div", "_onnx_div"})
 # OnnxFunction's ``function`` (torch.exp, torch.tanh, ...): activations by their torch name
 _FUNCTIONS = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu", "erf": "erf"}
 
@@ -77,8 +79,9 @@ def entry(module: nn.Module) -> Entry | None:
         return None
     name = cls.__name__
     if name == "OnnxBinaryMathOperation":
-        kind = _MATH.get(_name(getattr(module, "math_op_function", None)))
-        return None if kind is None else (kind, None)
+        function = _name(getattr(module, "math_op_function", None))
+        kind = _MATH.get(function)
+        return None if kind is None else (kind, "div" if function in _DIVISIONS else None)
     if name == "OnnxClip":
         return OpKind.ACTIVATION, clamp_function(getattr(module, "min_val", None), getattr(module, "max_val", None))
     if name == "OnnxReduceStaticAxes":

@@ -1,0 +1,219 @@
+"""Activations written as several ops: hard-swish and hard-sigmoid, found on the graph.
+
+Models exported op by op (PaddlePaddle's ONNX files converted by onnx2torch, hand-written
+PyTorch) spell a hard-swish as four ops::
+
+    x -> add(x, 3) -> relu6 -> mul(x, .) -> div(., 6)      (or mul(., 1/6))
+    x -> hardsigmoid -> mul(x, .)                          (x * hardsigmoid(x))
+    x -> add(x, 3) -> relu6 -> div(., 6) -> mul(x, .)      (x * hard-sigmoid written as ops)
+
+and a hard-sigmoid as three (``add(x, 3) -> relu6 -> div(., 6)``). Quantizing every op's
+output puts an 8-bit grid on ``x * relu6(x + 3)`` (up to ~380 in PP-OCR) and on each
+other intermediate: the errors of hundreds of needless quantizers add up. A fused
+hard-swish (TFLite, MCT's platforms) has one quantizer, on its output: `find_composites`
+names the ops that make one activation, so that only its last op is quantized.
+
+A composite is matched only where each intermediate feeds nothing but the next op of the
+same composite (no other consumer, not a graph output): otherwise its float value would
+be seen outside. Scalars are read where the backends put them: a one-element CONSTANT
+input (onnx2torch's initializers) or a number among the node's attributes (PyTorch's
+``x + 3``: ``attrs["b"] = 3``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from model_compression_toolkit.core.graph import Graph, Node, OpKind
+
+# Attribute names of a call's second operand (``operator.truediv(a, b)``, ``torch.div(input,
+# other)``, a C method's ``arg1``): where a division's scalar divisor is recorded.
+_SECOND_OPERAND = frozenset({"b", "other", "arg1", "x2", "y"})
+_RELU6 = frozenset({"relu6"})
+_HARD_SIGMOID = frozenset({"hardsigmoid", "hard_sigmoid"})
+_LABELS = {"hardswish": "hard-swish", "hardsigmoid": "hard-sigmoid"}
+
+
+@dataclass(frozen=True)
+class Composite:
+    """One activation written as ops.
+
+    Attributes:
+        function: ``"hardswish"`` or ``"hardsigmoid"``.
+        source: the node whose output is the activation's input ``x``.
+        inner: the intermediate nodes, whose outputs stay inside the activation.
+        output: the node whose output is the activation's output.
+    """
+
+    function: str
+    source: str
+    inner: tuple[str, ...]
+    output: str
+
+    def reason(self) -> str:
+        """Why an intermediate's output is not quantized (the info's float reason)."""
+        return f"inside a {_LABELS[self.function]} written as ops; its output is quantized after {self.output!r}"
+
+
+def find_composites(graph: Graph) -> list[Composite]:
+    """Every hard-swish, then every hard-sigmoid, written as ops in ``graph``; no node
+    belongs to two of them."""
+    found: list[Composite] = []
+    used: set[str] = set()
+    for match in (_hard_swish, _hard_sigmoid):
+        for node in graph.nodes():
+            composite = match(graph, node)
+            if composite is None or used & {*composite.inner, composite.output}:
+                continue
+            found.append(composite)
+            used.update((*composite.inner, composite.output))
+    return found
+
+
+# ---------------------------------------------------------------- the patterns
+def _hard_swish(graph: Graph, out: Node) -> Composite | None:
+    """``mul(x, r) / 6`` with ``r = relu6(x + 3)``, or ``mul(x, hard_sigmoid(x))``."""
+    scaled = _scaled_by_sixth(graph, out)
+    if scaled is not None:  # (x * relu6(x + 3)) / 6
+        pair = _product(graph, scaled)
+        if pair is not None:
+            x, r = pair
+            inner = _relu6_of_x_plus_3(graph, r, x)
+            if inner is not None and _only_inside(graph, [*inner, scaled.name]):
+                return Composite("hardswish", x[0], (*inner, scaled.name), out.name)
+    pair = _product(graph, out)
+    if pair is None:
+        return None
+    x, h = pair
+    if h.kind == OpKind.ACTIVATION and _function(h) in _HARD_SIGMOID and _single_input(graph, h) == x:
+        return Composite("hardswish", x[0], (h.name,), out.name) if _only_inside(graph, [h.name]) else None
+    sigmoid = _hard_sigmoid(graph, h)
+    if sigmoid is not None and sigmoid.source == x[0] and _only_inside(graph, [h.name]):
+        return Composite("hardswish", x[0], (*sigmoid.inner, h.name), out.name)
+    return None
+
+
+def _hard_sigmoid(graph: Graph, out: Node) -> Composite | None:
+    """``relu6(x + 3) / 6`` (or ``* 1/6``)."""
+    r = _scaled_by_sixth(graph, out)
+    if r is None:
+        return None
+    source = _single_input(graph, r)
+    add = graph.node(source[0]) if source is not None else None
+    x = _plus_three(graph, add) if add is not None else None
+    inner = _relu6_of_x_plus_3(graph, r, x) if x is not None else None
+    if inner is None or not _only_inside(graph, list(inner)):
+        return None
+    return Composite("hardsigmoid", x[0], inner, out.name)
+
+
+def _relu6_of_x_plus_3(graph: Graph, r: Node, x: tuple[str, int]) -> tuple[str, str] | None:
+    """``(add, relu6)`` when ``r`` is ``relu6(x + 3)`` for this very ``x``."""
+    if r.kind != OpKind.ACTIVATION or _function(r) not in _RELU6:
+        return None
+    source = _single_input(graph, r)
+    if source is None:
+        return None
+    add = graph.node(source[0])
+    return (add.name, r.name) if _plus_three(graph, add) == x else None
+
+
+def _plus_three(graph: Graph, add: Node) -> tuple[str, int] | None:
+    """``x`` (node, output index) when ``add`` is ``x + 3``."""
+    if add.kind != OpKind.ADD:
+        return None
+    operand = _scalar_operand(graph, add)
+    return operand[1] if operand is not None and np.isclose(operand[0], 3.0, rtol=1e-5) else None
+
+
+def _scaled_by_sixth(graph: Graph, node: Node) -> Node | None:
+    """The node ``t`` when ``node`` is ``t / 6`` or ``t * (1/6)``."""
+    division = _is_division(node)
+    if node.kind != OpKind.MUL and not division:
+        return None
+    operand = _scalar_operand(graph, node, divisor=division)
+    if operand is None:
+        return None
+    value, source = operand
+    wanted = 6.0 if division else 1.0 / 6.0
+    return graph.node(source[0]) if np.isclose(value, wanted, rtol=1e-5) and source[1] == 0 else None
+
+
+def _product(graph: Graph, node: Node) -> tuple[tuple[str, int], Node] | None:
+    """``(x, other)`` when ``node`` multiplies two tensors, ``x`` also feeding ``other``'s
+    chain (either input may be ``x``: the caller checks which one is)."""
+    if node.kind != OpKind.MUL:
+        return None
+    edges = graph.in_edges(node.name)
+    if len(edges) != 2 or any(graph.node(e.src).kind == OpKind.CONSTANT for e in edges):
+        return None
+    a, b = edges
+    for x, other in ((a, b), (b, a)):
+        partner = graph.node(other.src)
+        if other.src_index == 0 and partner.kind in (OpKind.ACTIVATION, OpKind.ELEMENTWISE, OpKind.MUL):
+            if _reads(graph, partner, (x.src, x.src_index)):
+                return (x.src, x.src_index), partner
+    return None
+
+
+def _reads(graph: Graph, node: Node, x: tuple[str, int], depth: int = 3) -> bool:
+    """Whether ``x`` reaches ``node`` within ``depth`` ops (a cheap pre-check of a pattern)."""
+    if depth == 0:
+        return False
+    for e in graph.in_edges(node.name):
+        if (e.src, e.src_index) == x or _reads(graph, graph.node(e.src), x, depth - 1):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- helpers
+def _function(node: Node) -> str:
+    return str(node.attrs.get("function") or "").lower()
+
+
+def _is_division(node: Node) -> bool:
+    """A true division (``truediv``, ``div``, ``true_divide``, onnx2torch's Div), never a
+    floor or rounding one."""
+    if node.kind != OpKind.ELEMENTWISE or node.attrs.get("rounding_mode") is not None:
+        return False
+    name = node.layer_type.lower()
+    return _function(node) == "div" or ("div" in name and "floor" not in name)
+
+
+def _single_input(graph: Graph, node: Node) -> tuple[str, int] | None:
+    edges = graph.in_edges(node.name)
+    return (edges[0].src, edges[0].src_index) if len(edges) == 1 else None
+
+
+def _scalar_operand(graph: Graph, node: Node, divisor: bool = False) -> tuple[float, tuple[str, int]] | None:
+    """``(value, x)`` when ``node`` combines one tensor ``x`` with one scalar, or None.
+
+    With ``divisor``, the scalar must be the second operand (``x / 6``, never ``6 / x``).
+    """
+    edges = graph.in_edges(node.name)
+    if len(edges) == 2:
+        for const, other in ((edges[1], edges[0]), (edges[0], edges[1])):
+            src = graph.node(const.src)
+            value = src.weights.get("value") if src.kind == OpKind.CONSTANT else None
+            if value is not None and value.size == 1 and graph.node(other.src).kind != OpKind.CONSTANT:
+                if divisor and const.dst_index != 1:
+                    return None
+                return float(value.reshape(())), (other.src, other.src_index)
+        return None
+    if len(edges) != 1:
+        return None
+    numbers = {k: v for k, v in node.attrs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    others = [k for k, v in node.attrs.items() if k not in numbers and v is not None and k != "function"]
+    if len(numbers) != 1 or others:
+        return None
+    ((key, value),) = numbers.items()
+    if divisor and key not in _SECOND_OPERAND:
+        return None
+    return float(value), (edges[0].src, edges[0].src_index)
+
+
+def _only_inside(graph: Graph, names: list[str]) -> bool:
+    """Whether each intermediate has exactly one use and is no graph output."""
+    return all(not graph.is_output(n) and graph.consumers_count(n) == 1 for n in names)
