@@ -156,7 +156,8 @@ def _usable_folder(folder: object) -> Path:
 
 def _check_names(path: Path) -> None:
     """Every name in ``path`` fits the file system's limits (checked before anything is made)."""
-    existing = next((p for p in (path, *path.parents) if p.exists()), Path(path.anchor))
+    # os.path.exists, not Path.exists: a name too long for the file system makes the latter raise
+    existing = next((p for p in (path, *path.parents) if os.path.exists(p)), Path(path.anchor))
     try:
         name_max = os.pathconf(existing, "PC_NAME_MAX")
         path_max = os.pathconf(existing, "PC_PATH_MAX")

@@ -59,7 +59,11 @@ def mct_arguments(target: object, core_config: object) -> tuple[object, object]:
     where this library's first releases took it, is read as the core_config."""
     if core_config is None and isinstance(target, CoreConfig):
         return None, target
-    if core_config is None and type(target).__module__.startswith("model_compression_toolkit.core.config"):
+    if (
+        core_config is None
+        and not isinstance(target, ResourceUtilization)  # MCT's own third argument
+        and type(target).__module__.startswith("model_compression_toolkit.core.config")
+    ):
         raise ConfigurationError(  # a QuantizationConfig or DebugConfig where core_config once went
             f"core_config must be a mct.core.CoreConfig; got {type(target).__name__} (third). Wrap it: "
             f"mct.core.CoreConfig({_field_of(target)}=...)"
