@@ -52,7 +52,9 @@ def _fmt(result: dict | None, primary: str) -> str:
 
 def _error(step: str, e: BaseException) -> str:
     line = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{step}: {type(e).__name__}: {line[:300]}"
+    if len(line) > 300:  # onnxruntime's messages end with what went wrong
+        line = f"{line[:140]} ... {line[-150:]}"
+    return f"{step}: {type(e).__name__}: {line}"
 
 
 def _describe(fix) -> str:
