@@ -5,6 +5,19 @@ is a list (or tuple) with one array per model input, batch dimension first, as i
 a dict of keyword inputs (``{"input_ids": ..., "attention_mask": ...}``), which is served
 as a `NamedBatch`: the arrays in the model's input order, their keywords in ``names``.
 
+Each batch is checked as it is read, the first before any work starts (so a refusal
+writes nothing):
+
+- a tensor without values (PyTorch's ``meta`` device) or one that cannot be read as numpy:
+  `RepresentativeDataError`;
+- integers and booleans, one rule for both frameworks: they are taken only by an input the
+  model reads as integers or booleans (token ids, masks). Fed to an input the model computes
+  in float, they are an `InputMismatchError` naming the dtype: here when the model declares
+  its inputs' dtypes (Keras), else when the backend reads the model (PyTorch: the first
+  layer that computes in float), which is before anything is written too;
+- a floating-point input whose every value in a batch is NaN or infinite:
+  `RepresentativeDataError` (a few non-finite values are skipped with a warning).
+
 Every array is copied as it is read, so a generator that refills one buffer for every
 batch cannot change a batch the library keeps (the float samples of the similarity
 analysis). Each iteration of the user's iterable is closed as soon as the library is done
@@ -62,6 +75,7 @@ class RepresentativeData:
         self._length: int | None = None  # len() of what representative_data_gen() returned, if it has one
         self._open: list[Iterator[Any]] = []  # iterations started and not yet closed
         self._shapes: list[tuple | None] = []  # the input shapes the model declares
+        self._dtypes: list[str | None] = []  # the input dtypes the model declares (Keras), in batch order
         self.samples_read = 0  # samples of the last full pass (`batches`)
         self._names: tuple[str, ...] | None = None  # the keywords of dict batches, in input order
         self._model_names = list(backend.input_names(model) or [])
@@ -124,7 +138,7 @@ class RepresentativeData:
                     f"batch {index}, input {i}: expected a numpy array or a {self._backend.name} tensor; "
                     f"got {_describe(item)}"
                 )
-            array = np.array(self._backend.to_numpy(item))  # a copy: the user may refill their buffer
+            array = self._to_numpy(item, index, i)
             if array.ndim >= 1 and array.shape[0] == 0:
                 raise RepresentativeDataError(
                     f"batch {index}, input {i} has no samples (shape {array.shape}); every batch from "
@@ -134,7 +148,47 @@ class RepresentativeData:
         if self._first is not None:  # a later batch: the same inputs as the first one
             self._check_count(arrays, len(self._first), index)
             self._check_shapes(arrays, index)
+            self._check_values(arrays, index)
         return NamedBatch(arrays, self._names) if named and self._names is not None else arrays
+
+    def _to_numpy(self, item: Any, index: int, i: int) -> np.ndarray:
+        """A copy of ``item`` as numpy (the user may refill their buffer), or why it cannot be."""
+        if getattr(item, "is_meta", False):
+            raise RepresentativeDataError(
+                f"batch {index}, input {i}: expected values to calibrate on; got a {_describe(item)} on the "
+                "'meta' device, which holds a shape but no values. Yield the data itself (a numpy array, or "
+                "a tensor on 'cpu' or 'cuda')."
+            )
+        try:
+            return np.array(self._backend.to_numpy(item))
+        except (RuntimeError, TypeError, ValueError, NotImplementedError) as err:
+            raise RepresentativeDataError(
+                f"batch {index}, input {i}: expected an array or tensor that can be read as numpy; reading "
+                f"the {_describe(item)} failed ({type(err).__name__}: {err}). Yield numpy arrays or plain tensors."
+            ) from err
+
+    def _name(self, i: int) -> str:
+        names = self._names or self._model_names
+        return repr(names[i]) if i < len(names) else str(i)
+
+    def _check_values(self, arrays: Batch, index: int) -> None:
+        """The dtype rule for integers and booleans, and no input of nothing but NaN or inf."""
+        for i, arr in enumerate(arrays):
+            want = self._dtypes[i] if i < len(self._dtypes) else None
+            if arr.dtype.kind in "biu" and want is not None and _is_float(want):
+                raise InputMismatchError(
+                    f"batch {index}, input {self._name(i)}: expected floating-point values, as the model "
+                    f"declares this input {want}; got {arr.dtype} values. Integer and bool batches are taken "
+                    "only by inputs the model reads as integers (token ids, masks): yield "
+                    "x.astype(np.float32), scaled as in training."
+                )
+            if arr.dtype.kind in "fc" and arr.size and not np.isfinite(arr).any():
+                raise RepresentativeDataError(
+                    f"expected calibration data like what the model sees in use; representative_data_gen's "
+                    f"batch {index}, input {self._name(i)} holds no finite value: all {arr.size} values are NaN "
+                    "or infinite, and a quantizer calibrated on it makes the model useless on real data. Check "
+                    "the data pipeline (a missing normalisation, padding, an uninitialised np.empty buffer)."
+                )
 
     def _check_count(self, arrays: Batch, expected: int | None, index: int) -> None:
         if expected is not None and len(arrays) != expected:
@@ -170,10 +224,14 @@ class RepresentativeData:
         if self._names is None:  # keyword inputs: the backend checks their names
             self._check_count(self._first, self._backend.input_count(model), 0)
         self._shapes = list(self._backend.expected_input_shapes(model) or [])
-        if self._names is not None and self._shapes:  # the declared shapes in the batch's order
-            by_name = dict(zip(self._model_names, self._shapes))
-            self._shapes = [by_name.get(n) for n in self._names]
+        declared = getattr(self._backend, "expected_input_dtypes", None)  # a capability of some backends
+        self._dtypes = list((declared(model) if declared is not None else None) or [])
+        if self._names is not None:  # the declared shapes and dtypes in the batch's order
+            shapes, dtypes = dict(zip(self._model_names, self._shapes)), dict(zip(self._model_names, self._dtypes))
+            self._shapes = [shapes.get(n) for n in self._names] if self._shapes else []
+            self._dtypes = [dtypes.get(n) for n in self._names]
         self._check_shapes(self._first, 0)
+        self._check_values(self._first, 0)
 
     @property
     def first(self) -> Batch:
@@ -234,6 +292,10 @@ class RepresentativeData:
         close = getattr(iterator, "close", None)
         if callable(close):
             close()
+
+
+def _is_float(dtype: str) -> bool:
+    return "float" in dtype or dtype in ("half", "double")
 
 
 def _fits(shape: tuple, want: tuple) -> bool:

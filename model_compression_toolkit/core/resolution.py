@@ -4,6 +4,11 @@ target platform, resolved once into one validated `CoreConfig`.
     CoreConfig + TPC -> defaults of the platform (user-set fields win), MCT's mixed-precision
     config -> MixedPrecisionConfig, rules checked -> resolved CoreConfig
     resolved CoreConfig -> quantization_edits -> what `assign_quantization` applies, in order
+    graph without KeepFloat + graph with it -> keep_float_notes -> what the user is told
+
+Overlapping settings on one layer are resolved by one stated rule: ``KeepFloat`` applies
+last, so it wins over a ``BitWidthConfig`` on the same layer; a warning says so, and
+``info`` gives it as the layer's float reason.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ from model_compression_toolkit.core.config import (
     MixedPrecisionQuantizationConfig,
     QuantizationConfig,
 )
+from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.network_editor import EditRule
 from model_compression_toolkit.core.node_rules import bit_width_rules
-from model_compression_toolkit.core.preparation import QuantizationEdit
+from model_compression_toolkit.core.preparation import KEPT_FLOAT, QuantizationEdit
 from model_compression_toolkit.core.similarity.fix import SuggestedFix
 from model_compression_toolkit.core.tpc import TargetPlatformCapabilities
 from model_compression_toolkit.errors import ConfigurationError
@@ -108,3 +114,63 @@ def quantization_edits(config: CoreConfig) -> list[QuantizationEdit]:
     if config.quantization_config.concat_threshold_update:
         edits.append(ConcatThresholdUpdate())
     return edits
+
+
+def _quantized(graph: Graph) -> set[str]:
+    return {n.name for n in graph.nodes() if n.quant.weights or n.quant.activation is not None}
+
+
+def keep_float_notes(plain: Graph, kept: Graph, config: CoreConfig) -> tuple[list[str], dict[str, str]]:
+    """What the user is told about the `KeepFloat` rules of ``config``.
+
+    Args:
+        plain: the graph quantized with every edit but no KeepFloat rule.
+        kept: the same graph with the KeepFloat rules applied (what the call quantizes).
+        config: the resolved configuration.
+
+    Returns:
+        The warnings (rules that keep every layer float; layers a KeepFloat rule and a
+        `BitWidthConfig` both select: KeepFloat wins) and, for the latter, each layer's
+        float reason as ``info`` gives it.
+    """
+    rules = config.keep_float_rules
+    if not rules:
+        return [], {}
+    warnings, reasons = [], {}
+    if _quantized(plain) and not _quantized(kept):
+        shown = "; ".join(_describe_rule(r) for r in rules)
+        warnings.append(
+            f"expected KeepFloat to keep some layers float; {shown} keeps every layer float, so nothing is "
+            "quantized and the model returned computes as the float model does. A pattern must match a whole "
+            "name ('.*' matches every name): narrow the rule to the layers meant, or drop it to quantize."
+        )
+    if config.bit_width_config is None:
+        return warnings, reasons
+    for rule in bit_width_rules(config.bit_width_config):
+        part = "weights" if rule.weights else "output"
+        overlap = []
+        for node in plain.nodes():
+            if not rule.select.apply(node):
+                continue
+            carrier = node.name if rule.weights else (node.quant.fused_into or node.name)
+            before, after = plain.node(carrier).quant, kept.node(carrier).quant
+            if rule.weights and before.weights and not after.weights and after.weights_float_reason == KEPT_FLOAT:
+                overlap.append(carrier)
+            if rule.activation and before.activation and after.activation is None and (
+                after.activation_float_reason == KEPT_FLOAT
+            ):
+                overlap.append(carrier)
+        for name in dict.fromkeys(overlap):
+            reasons[name] = f"{KEPT_FLOAT}, which wins over {rule.source}"
+        if overlap:
+            names = ", ".join(repr(n) for n in dict.fromkeys(overlap))
+            warnings.append(
+                f"{rule.source} and a KeepFloat rule both select {names}: KeepFloat wins (it applies last), so "
+                f"the {part} stay float there. Remove the layer from one of them to say which you mean."
+            )
+    return warnings, reasons
+
+
+def _describe_rule(rule: object) -> str:
+    given = {f: getattr(rule, f) for f in ("names", "patterns", "types") if getattr(rule, f, ())}
+    return "KeepFloat(" + ", ".join(f"{k}={list(v)!r}" for k, v in given.items()) + ")"

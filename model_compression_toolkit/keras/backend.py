@@ -46,6 +46,11 @@ class KerasBackend:
         inputs = self._inputs(model)
         return None if inputs is None else [(None, *tuple(t.shape)[1:]) for t in inputs]
 
+    def expected_input_dtypes(self, model: Any) -> list[str | None] | None:
+        """The dtype each input is declared with (``keras.Input(..., dtype=...)``), as a name."""
+        inputs = self._inputs(model)
+        return None if inputs is None else [None if t.dtype is None else str(t.dtype) for t in inputs]
+
     def is_tensor(self, value: Any) -> bool:
         return keras.ops.is_tensor(value) and not isinstance(value, np.ndarray)
 
@@ -57,7 +62,10 @@ class KerasBackend:
         return np.asarray(value)
 
     def read(self, model: Any, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, list[str]]:
-        return reader.read(model, sample_inputs)
+        """The graph and the read's warnings, the first saying so when the model is not float32."""
+        graph, warnings = reader.read(model, sample_inputs)
+        note = precision_warning(model, self.model_name(model))
+        return graph, ([note] if note else []) + warnings
 
     def build(
         self,
@@ -81,3 +89,21 @@ class KerasBackend:
         else:
             out = model(args[0] if len(args) == 1 else args, training=False)
         return [] if out is None else [self.to_numpy(t) for t in keras.tree.flatten(out)]
+
+
+def precision_warning(model: Any, name: str) -> str | None:
+    """The warning for a model whose layers compute or keep weights in another float type
+    than float32 (a ``float16``/``mixed_bfloat16`` policy, float64 weights), as PyTorch's
+    reader says it for half-precision modules; None for a float32 model."""
+    layers = [model, *getattr(model, "_flatten_layers", lambda: model.layers)()]
+    policies = {getattr(getattr(layer, "dtype_policy", None), "name", None) for layer in layers}
+    dtypes = {str(w.dtype) for w in model.weights}
+    other = sorted(p for p in policies | dtypes if p and p not in ("float32", "int32", "int64", "bool"))
+    if not other:
+        return None
+    return (
+        f"{name} uses {' and '.join(other)} (Keras dtype policy or weights): it is read, calibrated and "
+        "quantized in float32, so the quantized model computes in float32 (and takes float32 inputs). "
+        "Its grids are the same; evaluate both models in float32 to compare them, or rebuild the float "
+        "model under keras.config.set_dtype_policy('float32') to quantize what it computes in float32."
+    )

@@ -17,7 +17,7 @@ from typing import Any
 from model_compression_toolkit.core.config import CoreConfig, DebugConfig, ResourceUtilization, TuningConfig
 from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.numbers import format_bytes
-from model_compression_toolkit.core.resolution import resolve_core_config
+from model_compression_toolkit.core.resolution import keep_float_notes, resolve_core_config
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult
 from model_compression_toolkit.errors import ConfigurationError, ModelReadError
 from model_compression_toolkit.observers.call import CallLog, observe_call
@@ -88,8 +88,28 @@ def check_tuning_config(tuning_config: TuningConfig | None) -> TuningConfig:
     return tuning_config
 
 
-def _finish(info: QuantizationInfo, session: Session, call: CallLog) -> QuantizationInfo:
+def note_keep_float(session: Session, config: CoreConfig) -> dict[str, str]:
+    """Warn (into the call's ``mct.log`` too) of KeepFloat rules that keep every layer float or
+    overlap a BitWidthConfig (`core.resolution.keep_float_notes`); the float reason of each
+    overlapped layer, for ``info``."""
+    if not config.keep_float_rules:
+        return {}
+    messages, reasons = keep_float_notes(session.prepare(keep_float=[]), session.prepare(), config)
+    for message in messages:
+        session.warn(message)
+    return reasons
+
+
+def _finish(
+    info: QuantizationInfo, session: Session, call: CallLog, reasons: dict[str, str] | None = None
+) -> QuantizationInfo:
     """The call's logging facts in ``info``, and the line that closes ``mct.log``."""
+    for name, reason in (reasons or {}).items():
+        layer = info.layers.get(name)
+        if layer is not None and layer.weights_float_reason is not None and "KeepFloat" in layer.weights_float_reason:
+            layer.weights_float_reason = reason
+        if layer is not None and layer.activation_float_reason is not None and "KeepFloat" in layer.activation_float_reason:
+            layer.activation_float_reason = reason
     info.log_folder = call.folder
     info.warnings += call.warnings
     LOG.info(
@@ -121,8 +141,9 @@ def post_training_quantization(
     session = Session(model, representative_data_gen, config, get_backend(model, expected=framework), target)
     label = call_label(run_name, config, budget=target is not None)
     with session, observe_call(session.model_name, root, label) as call:
+        reasons = note_keep_float(session, config)
         result, info = quantize_in_stages(session, call.observer)
-        return result.model, _finish(info, session, call)
+        return result.model, _finish(info, session, call, reasons)
 
 
 def tuned_post_training_quantization(
@@ -175,6 +196,7 @@ def _tune(
             "use an absolute max_drop (relative=False)"
         )
     with observe_call(session.model_name, root, label) as call:
+        note_keep_float(session, config)
         first, _ = quantize_in_stages(session, call.observer)
         if first.similarity is None:  # the ranking needs it, logged or not
             first.similarity = session.analyze(first.graph, q_model=first.model)
