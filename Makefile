@@ -21,7 +21,7 @@ $(STAMP): setup.py constraints.txt
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) tutorials/demo.py --log-folder $(LOGS)
+	$(PY) tutorials/demo.py --log-folder $(LOGS) $(DEMO_ARGS)  # DEMO_ARGS=--train: train the CNN first
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .

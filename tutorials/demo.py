@@ -1,6 +1,8 @@
-"""`make demo`: train a small CNN on scikit-learn's digits, quantize it with logging on.
+"""`make demo`: quantize a digits CNN (shipped trained weights) with logging on, in seconds.
 
 Prints the float and the 8-bit accuracy and the command that opens the logs in TensorBoard.
+``--train`` trains the CNN on scikit-learn's digits first (about 2 minutes of CPU) instead
+of loading the weights that ship in ``tutorials/weights``.
 """
 
 from __future__ import annotations
@@ -21,19 +23,25 @@ from tutorials.digits import (  # noqa: E402
     torch_digits_cnn,
     torch_predict,
     train_torch,
+    trained_digits_cnn,
 )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--log-folder", default="demo_logs", help="where the TensorBoard logs go")
-    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--train", action="store_true", help="train the CNN first instead of loading its weights")
+    parser.add_argument("--epochs", type=int, default=15, help="training epochs (with --train)")
     args = parser.parse_args()
 
     x_train, y_train, x_test, y_test = digits_data()
     start = time.perf_counter()
-    model = train_torch(torch_digits_cnn(), x_train, y_train, epochs=args.epochs)
-    print(f"trained a digits CNN on {len(x_train)} images in {time.perf_counter() - start:.1f} s")
+    if args.train:
+        model = train_torch(torch_digits_cnn(), x_train, y_train, epochs=args.epochs)
+        print(f"trained a digits CNN on {len(x_train)} images in {time.perf_counter() - start:.1f} s")
+    else:
+        model = trained_digits_cnn("pytorch")
+        print("loaded the digits CNN's shipped weights (tutorials/weights; --train trains it instead)")
 
     log_folder = mct.set_log_folder(args.log_folder)
     start = time.perf_counter()
