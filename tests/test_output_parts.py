@@ -202,3 +202,27 @@ def test_a_loss_spread_over_hundreds_of_quantizers_is_said_and_its_setting_resto
         fixed, _ = mct.ptq.pytorch_post_training_quantization(model, gen, core_config=fix.apply(config))
         y_fixed = run(fixed)
     assert sqnr_db([y_float], [y_fixed]) > sqnr_db([y_float], [y_q]) + 15
+
+
+@pytest.mark.parametrize("model_name", ["head", "digits"])
+def test_a_quantizer_run_from_its_layer_on_gives_the_impact_of_the_whole_model(fw, head, trained_digits, model_name):
+    """The output impact of one quantizer, run only from its layer on (fed the float values
+    that cross into that part), equals the whole variant's, for every quantizer (outputs
+    and weights) of a model with a concatenation and of a CNN."""
+    from model_compression_toolkit.core.similarity.causes import ImpactProbe, QuantizerEntry, isolate
+    from model_compression_toolkit.pipeline.session import produced_graph
+    from model_compression_toolkit.ptq.backends import get_backend
+
+    model, x = head if model_name == "head" else (trained_digits[0], trained_digits[1][:32])
+    q_model, _ = fw.ptq(model, lambda: iter([[x[:16]], [x[16:32]]]))
+    graph, backend = produced_graph(q_model), get_backend(model)
+    probe = ImpactProbe(backend, graph, [[x[:8]], [x[8:16]]])
+    entries = [QuantizerEntry(n.name, "activation", n.layer_type, 8, 0.0) for n in graph.nodes() if n.quant.activation]
+    entries += [QuantizerEntry(n.name, "weights", n.layer_type, 8, 0.0) for n in graph.nodes() if n.quant.weights]
+    probe.prepare([e.name for e in entries])
+    assert len(probe.cuts) >= len({e.name for e in entries}) // 2  # most run on a part of the model
+    for entry in entries:
+        variant = isolate(graph, entry)
+        whole, cut = probe.impact(variant), probe.impact(variant, at=entry.name)
+        assert abs(whole.sqnr_db - cut.sqnr_db) < 0.05, (entry.name, entry.kind, whole, cut)
+        assert whole.part == cut.part

@@ -311,7 +311,7 @@ def analyze(
     for entry in entries:
         entry.input_range_spread = spreads.get(entry.name)
     entries += weight_entries(q_graph, weights)
-    probe = ImpactProbe(backend, q_graph, kept) if entries and kept else None
+    probe = ImpactProbe(backend, q_graph, kept, memory_cap) if entries and kept else None
     if probe is not None:
         measure_impacts(probe, entries, max_impact_quantizers, progress)
     fix = suggest_fix(entries, q_graph, probe, l_p_value, stats)

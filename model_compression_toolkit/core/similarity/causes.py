@@ -41,6 +41,7 @@ from model_compression_toolkit.core.calibration.quantizers import channel_view, 
 from model_compression_toolkit.core.graph import Graph, OpKind
 from model_compression_toolkit.core.quant_config import NodeQuantConfig
 from model_compression_toolkit.core.similarity.channels import HIGH_ERROR_DB, ChannelMeasures, ChannelSums
+from model_compression_toolkit.core.similarity.downstream import Cut, cut_after
 from model_compression_toolkit.core.similarity.parts import OutputImpact, measure, output_parts
 
 ACTIVATION, WEIGHTS = "activation", "weights"
@@ -240,26 +241,81 @@ class ImpactProbe:
     ``variant -> outputs -> parts.measure(reference, outputs)``: each output whole and each
     part of it (`core.similarity.parts`), the worst counting.
 
+    A variant that differs from the float model at one node only (one quantizer switched
+    on) runs from that node on (`core.similarity.downstream`): `prepare` names those nodes,
+    and the float pass that gives the reference outputs also keeps the float values that
+    feed their cuts, as long as they fit in ``memory_cap`` bytes.
+
     The samples come as the chunks the analysis ran, each whole: a model traced for one
     batch size runs on those and on nothing else.
     """
 
-    def __init__(self, backend: Backend, graph: Graph, chunks: list[list[np.ndarray]]) -> None:
-        self.backend, self.graph, self.chunks = backend, graph, chunks
+    def __init__(
+        self, backend: Backend, graph: Graph, chunks: list[list[np.ndarray]], memory_cap: int = 1 << 30
+    ) -> None:
+        self.backend, self.graph, self.chunks, self.memory_cap = backend, graph, chunks, memory_cap
         self.parts = output_parts(graph)
-        self.reference = self._outputs(backend.build(isolate(graph, None), quantized=False))
+        self.cuts: dict[str, Cut] = {}
+        self._reference: list[list[np.ndarray]] | None = None
+        self._values: list[dict[str, np.ndarray]] = []
 
     @property
     def samples(self) -> int:
         return sum(len(chunk[0]) for chunk in self.chunks)
 
-    def impact(self, variant: Graph) -> OutputImpact:
-        """The variant's outputs against the float outputs, whole and part by part."""
-        return measure(self.parts, self.reference, self._outputs(self.backend.build(variant, quantized=True)))
+    @property
+    def reference(self) -> list[list[np.ndarray]]:
+        """The float model's outputs, chunk by chunk."""
+        if self._reference is None:
+            self.prepare([])
+        assert self._reference is not None
+        return self._reference
 
-    def output_sqnr_db(self, variant: Graph) -> float:
+    def prepare(self, names: Sequence[str]) -> None:
+        """Run the float model once: its outputs, and the values the cuts from ``names``
+        need (the cuts whose values fit in the memory cap, nearest the output first)."""
+        cuts = {n: c for n in names if (c := cut_after(self.graph, n)) is not None}
+        kept: dict[str, Cut] = {}
+        sources: set[str] = set()
+        for name, cut in sorted(cuts.items(), key=lambda item: len(item[1].keep)):
+            needed = sources | set(cut.sources)
+            if self._bytes(needed) <= self.memory_cap:
+                kept[name], sources = cut, needed
+        extra = sorted(sources)
+        model = self.backend.build(isolate(self.graph, None), quantized=False, extra_outputs=extra)
+        count = len(self.graph.outputs)
+        self._reference, self._values = [], []
+        for chunk in self.chunks:
+            out = self.backend.forward(model, chunk)
+            self._reference.append(out[:count])
+            self._values.append(dict(zip(extra, out[count:])))
+        self.cuts = kept
+
+    def _bytes(self, names: set[str]) -> float:
+        per_sample = sum(self.graph.node(n).output_size() for n in names) * 4.0
+        return per_sample * self.samples
+
+    def impact(self, variant: Graph, at: str | None = None) -> OutputImpact:
+        """The variant's outputs against the float outputs, whole and part by part.
+        ``at``: the one node where the variant differs from the float model, if it is one."""
+        cut = self.cuts.get(at) if at is not None else None
+        if cut is None:
+            outputs = self._outputs(self.backend.build(variant, quantized=True))
+        else:
+            model = self.backend.build(cut.graph(variant), quantized=True)
+            outputs = []
+            for chunk, values, reference in zip(self.chunks, self._values, self.reference):
+                feeds = [values[src] for src in cut.sources] + [chunk[i] for i in cut.inputs]
+                produced = self.backend.forward(model, feeds)
+                out = list(reference)
+                for index, value in zip(cut.outputs, produced):
+                    out[index] = value
+                outputs.append(out)
+        return measure(self.parts, self.reference, outputs)
+
+    def output_sqnr_db(self, variant: Graph, at: str | None = None) -> float:
         """The variant's output SQNR (dB): the worst output or part of an output."""
-        return self.impact(variant).sqnr_db
+        return self.impact(variant, at).sqnr_db
 
     def _outputs(self, model: object) -> list[list[np.ndarray]]:
         """Every chunk's outputs, chunk by chunk."""
@@ -274,8 +330,9 @@ def measure_impacts(
     ``progress(step, done, total, unit)`` after each one."""
     candidates = [e for e in entries if e.is_candidate]
     chosen = sorted(candidates, key=lambda e: (e.own_db, -(e.zero_rounded_percent or 0.0)))[:limit]
+    probe.prepare([e.name for e in chosen])
     for i, entry in enumerate(chosen, start=1):
-        entry.set_impact(probe.impact(isolate(probe.graph, entry)))
+        entry.set_impact(probe.impact(isolate(probe.graph, entry), at=entry.name))
         if progress is not None:
             progress("output impact", i, len(chosen), "quantizers")
     for entry in entries:

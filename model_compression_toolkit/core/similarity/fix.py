@@ -392,7 +392,7 @@ def _enough_bits(graph: Graph, entry: QuantizerEntry, probe: ImpactProbe | None,
         return None
     for bits in (b for b in MORE_BITS if b > entry.bits):
         variant = isolate(with_weight_bits(graph, {entry.name: bits}, l_p_value), entry)
-        if probe.output_sqnr_db(variant) >= CANDIDATE_DB:
+        if probe.output_sqnr_db(variant, at=entry.name) >= CANDIDATE_DB:
             return bits
     return None
 
@@ -405,7 +405,7 @@ def _enough_activation_bits(
     if probe is None or entry.bits >= MORE_ACTIVATION_BITS:
         return None
     variant = isolate(with_activation_bits(graph, {entry.name: MORE_ACTIVATION_BITS}, stats), entry)
-    return MORE_ACTIVATION_BITS if probe.output_sqnr_db(variant) >= CANDIDATE_DB else None
+    return MORE_ACTIVATION_BITS if probe.output_sqnr_db(variant, at=entry.name) >= CANDIDATE_DB else None
 
 
 def _fix(
