@@ -27,7 +27,7 @@ import torch
 from torch import fx, nn
 
 from model_compression_toolkit.errors import ModelReadError
-from model_compression_toolkit.pytorch import attention
+from model_compression_toolkit.pytorch import attention, inplace
 from model_compression_toolkit.pytorch.model_checks import check_hooks, in_float32
 
 _HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called") + (
@@ -112,7 +112,8 @@ def capture(model: nn.Module, sample: Sequence[torch.Tensor], names: Sequence[st
     for path, trace in (*paths, ("torch.export", _export)):
         try:
             captured = trace(model, sample, names)
-        except _NotApplicable as e:
+            inplace.redirect(captured.gm)  # later readers of a tensor changed in place read the change
+        except (_NotApplicable, inplace.AliasedMutation) as e:
             reasons.append(f"{path}: {e}")
             continue
         except Exception as e:
@@ -125,6 +126,14 @@ def capture(model: nn.Module, sample: Sequence[torch.Tensor], names: Sequence[st
         "one of them can read. " + "; ".join(reasons) + ". Make forward's control flow independent of tensor "
         "values (torch.fx), or make the model exportable: torch.export.export(model, args, kwargs)."
     )
+
+
+def exported(model: nn.Module, sample: Sequence[torch.Tensor], names: Sequence[str]) -> Captured:
+    """``model`` captured by torch.export, for a model torch.fx read but misread."""
+    captured = _export(model, sample, names)
+    inplace.redirect(captured.gm)
+    captured.path = "torch.export"
+    return captured
 
 
 class _NotApplicable(Exception):
@@ -216,6 +225,8 @@ def _export(model: nn.Module, sample: Sequence[torch.Tensor], names: Sequence[st
     else:  # forward(*args)
         program = torch.export.export(model, tuple(sample), strict=False)
     gm = program.module()
+    if inplace.mutates(gm):  # x[:, 0] = 0, x.relu_(): out-of-place ops that say the same (select_scatter...)
+        gm = program.run_decompositions({}).module()
     out_spec = gm._out_spec  # the output's pytree structure: a ModelOutput stays one
     gm.graph._codegen = fx.graph.CodeGen()  # flat inputs and outputs; the builder restores the structure
     for node in reversed(list(gm.graph.nodes)):  # torch.export's checks of its inputs: not the model's

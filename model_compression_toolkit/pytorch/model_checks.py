@@ -138,3 +138,118 @@ def _difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> str:
             gap = (x.double() - y.double()).abs().nan_to_num(nan=float("inf")).max().item()
             return f"output {i}: by up to {gap:.4g}"
     return ""
+
+
+# Float tolerance of the read check: the read graph calls the same ops on the same weights,
+# so only the order of float sums may differ; a misread differs by tens of percent.
+_READ_RTOL = 1e-3
+
+
+def check_read(
+    work: nn.Module,
+    gm: Any,
+    graph: Any,
+    inputs: Sequence[torch.Tensor],
+    keywords: Sequence[str] | None,
+    node_names: dict[str, str],
+) -> None:
+    """Refuse a graph that does not compute what the model computes (`ModelReadError`).
+
+    ``work`` (the private copy) and the float model built back from ``graph`` run on the
+    first batch (``inputs``, copied: an in-place op must not write the user's batch); an
+    output that differs beyond float tolerance names the first layer whose output differs
+    from the same fx node of ``gm`` (the captured graph, names mapped by ``node_names``),
+    else the output. A model whose own output changes from run to run is not checked.
+    """
+    from model_compression_toolkit.pytorch import builder
+
+    def run_model() -> list[torch.Tensor]:
+        fresh = [t.clone() for t in inputs]
+        with torch.no_grad():
+            return _flat_tensors(work(**dict(zip(keywords, fresh))) if keywords else work(*fresh))
+
+    want = run_model()
+    with torch.no_grad():
+        got = _flat_tensors(builder.build(graph, False)(*(t.clone() for t in inputs)))
+    bad = _first_mismatch(want, got)
+    if bad is None or _first_mismatch(want, run_model()) is not None:
+        return  # the same, or the model itself differs from run to run (random ops): nothing to compare
+    index, how = bad
+    where = _first_layer(gm, graph, inputs, node_names)
+    raise ModelReadError(
+        f"expected the graph read from {type(work).__name__} to compute what the model computes; on the "
+        f"first representative batch its output {index} {how}{where}. The reader did not follow what the "
+        "model does there (a tensor changed in place through another view of it, or `x += y` on a tensor "
+        "another name still holds). Assign the result instead (z = z.relu(), z = z + y) and quantize "
+        "again, or report the model."
+    )
+
+
+def _first_mismatch(want: list[torch.Tensor], got: list[torch.Tensor]) -> tuple[int | str, str] | None:
+    if len(want) != len(got):
+        return "count", f"is {len(got)} tensors where the model returns {len(want)}"
+    for i, (a, b) in enumerate(zip(want, got)):
+        how = _mismatch(a, b)
+        if how:
+            return i, how
+    return None
+
+
+def _mismatch(want: torch.Tensor, got: torch.Tensor) -> str:
+    """How ``got`` differs from ``want`` beyond float tolerance ("" when it does not)."""
+    if tuple(want.shape) != tuple(got.shape):
+        return f"has shape {tuple(got.shape)} where the model's has {tuple(want.shape)}"
+    a, b = want.detach().to("cpu", torch.float64), got.detach().to("cpu", torch.float64)
+    if not (want.is_floating_point() or want.is_complex()):
+        wrong = (a != b).double().mean().item()
+        return f"differs in {wrong:.1%} of its values" if wrong > 1e-3 else ""
+    finite = a.isfinite()
+    if not bool((finite == b.isfinite()).all()) or not bool((a[~finite] == b[~finite]).all()):
+        return "has NaN or infinite values where the model's has others"
+    if not bool(finite.any()):
+        return ""
+    scale = a[finite].abs().max().item()
+    gap = (a - b)[finite].abs().max().item()
+    return (
+        f"differs by up to {gap:.3g} (the model's largest value is {scale:.3g})"
+        if gap > _READ_RTOL * scale + 1e-6
+        else ""
+    )
+
+
+def _first_layer(gm: Any, graph: Any, inputs: Sequence[torch.Tensor], node_names: dict[str, str]) -> str:
+    """ ", first at layer 'b' (Linear)": the first graph node whose float output differs from
+    its fx node's output in ``gm``, or "" when every layer agrees (the capture itself differs)."""
+    from torch import fx
+
+    from model_compression_toolkit.pytorch import builder
+
+    reference: dict[str, torch.Tensor] = {}
+
+    class _Record(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            result = super().run_node(n)
+            if isinstance(result, torch.Tensor) and n.name in node_names:
+                reference[node_names[n.name]] = result.detach().clone()  # before a later op writes it
+            return result
+
+    built: dict[str, torch.Tensor] = {}
+
+    def tap(name: str, value: Any) -> None:
+        built[name] = torch.as_tensor(value).clone()
+
+    try:
+        with torch.no_grad():
+            _Record(gm).run(*(t.clone() for t in inputs))
+            names = [n.name for n in graph.nodes() if n.name in reference]
+            builder.build(graph, False, names, tap=tap)(*(t.clone() for t in inputs))
+    except Exception:  # noqa: BLE001 - the message then names the output only
+        return ""
+    for node in graph.nodes():
+        if (
+            node.name in reference
+            and node.name in built
+            and _mismatch(reference[node.name], built[node.name])
+        ):
+            return f", first at layer {node.name!r} ({node.layer_type})"
+    return ""

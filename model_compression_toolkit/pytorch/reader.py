@@ -39,7 +39,7 @@ from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError
 from model_compression_toolkit.pytorch import capture, functional, ops
 from model_compression_toolkit.pytorch.masks import no_activation
-from model_compression_toolkit.pytorch.model_checks import check_not_meta
+from model_compression_toolkit.pytorch.model_checks import check_not_meta, check_read
 from model_compression_toolkit.pytorch.ops import Ref, as_tensor, map_structure
 
 OUTPUTS_META = "pytorch_outputs"
@@ -64,16 +64,17 @@ def read(model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, 
     tensors = [as_tensor(x, device) for x in sample_inputs]
     notes = copy_notes + capture.without_cache(work, tensors, names)
     captured = capture.capture(work, tensors, names)
-    gm = captured.gm
-    shapes, dtypes, floating = _propagate(gm, sample_inputs, type(model).__name__)
-    graph = _to_graph(gm, shapes, dtypes, floating, type(model).__name__)
-    graph.meta[OUT_SPEC_META] = captured.out_spec
-    graph.meta[CAPTURE_META] = captured.path
-    graph.meta[DEVICE_META] = device
-    for node in graph.nodes():  # graphs the core makes of some of these nodes are built there too
-        node.payload["device"] = device
-    no_activation(graph)
-    graph.validate()
+    keywords = names if set(names) <= set(capture.input_names(work) or []) else None
+    try:
+        graph = _checked_graph(captured, work, tensors, keywords, sample_inputs, device)
+    except ModelReadError as misread:  # torch.fx lost what the model does (x += y on a shared tensor)
+        if captured.path == "torch.export":
+            raise
+        try:
+            captured = capture.exported(work, tensors, names)
+        except Exception:
+            raise misread from None
+        graph = _checked_graph(captured, work, tensors, keywords, sample_inputs, device)
     warnings = unsupported_warnings(graph) + notes
     if captured.fixed:
         given = ", ".join(graph.inputs)
@@ -86,6 +87,30 @@ def read(model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, 
             f"({given}). Yield every argument from the representative data to keep it an input."
         )
     return graph, warnings
+
+
+def _checked_graph(
+    captured: capture.Captured,
+    work: nn.Module,
+    tensors: list[torch.Tensor],
+    keywords: list[str] | None,
+    sample_inputs: Sequence[np.ndarray],
+    device: torch.device,
+) -> Graph:
+    """The graph of ``captured``, validated, and checked to compute what ``work`` computes on
+    the sample (`model_checks.check_read`): no misread graph goes further."""
+    gm = captured.gm
+    shapes, dtypes, floating = _propagate(gm, sample_inputs, type(work).__name__)
+    graph = _to_graph(gm, shapes, dtypes, floating, type(work).__name__)
+    graph.meta[OUT_SPEC_META] = captured.out_spec
+    graph.meta[CAPTURE_META] = captured.path
+    graph.meta[DEVICE_META] = device
+    for node in graph.nodes():  # graphs the core makes of some of these nodes are built there too
+        node.payload["device"] = device
+    no_activation(graph)
+    graph.validate()
+    check_read(work, gm, graph, tensors, keywords, _node_names(gm))
+    return graph
 
 
 def _device(model: nn.Module) -> torch.device:
@@ -153,7 +178,7 @@ def _run_shapes(gm: fx.GraphModule, inputs: list[torch.Tensor]) -> _Shapes:
     run = _Shapes(gm)
     try:
         with torch.no_grad():
-            run.run(*inputs)
+            run.run(*(t.clone() for t in inputs))  # an in-place op must not write the user's batch
     except Exception as e:
         cause = e.__cause__ or e
         at = run.current
