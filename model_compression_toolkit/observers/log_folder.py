@@ -132,6 +132,13 @@ def _usable_folder(folder: object) -> Path:
         )
     if "\0" in name:
         raise LogFolderError(f"expected a log folder path; got {name!r}, which holds a NUL character. {_HINT}")
+    try:
+        os.fsencode(name)
+    except UnicodeEncodeError as exc:  # a lone surrogate: no file system can name it
+        raise LogFolderError(
+            f"expected a log folder path the file system can encode; {name!r} holds {exc.object[exc.start:exc.end]!r}, "
+            f"which {exc.encoding} cannot encode. {_HINT}"
+        ) from None
     path = Path(name).expanduser().absolute()
     _check_names(path)
     _check_links(path)
