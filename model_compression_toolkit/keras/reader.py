@@ -171,6 +171,7 @@ class _Reader:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.objects: dict[str, Any] = {}  # node -> the user's layer, for shapes only
+        self.arrays: dict[int, dict[str, np.ndarray]] = {}  # id(layer) -> its weights, read once
         self.declared: dict[Source, tuple] = {}  # shapes written in the config
 
     def _unique(self, name: str) -> str:
@@ -297,6 +298,9 @@ class _Reader:
             attrs["function"] = ops.activation_function(op, config)
         if kind in (OpKind.BATCH_NORM, OpKind.LAYER_NORM):
             _fill_affine(weights)
+        if weights:  # a layer called twice: every call holds the same arrays, counted once in memory
+            first = self.arrays.setdefault(id(op), weights)
+            weights = {k: first.get(k, w) for k, w in weights.items()}
         node = Node(
             name=self._unique(name),
             kind=kind,

@@ -384,7 +384,23 @@ def _to_graph(
             node.attrs["dtype"] = dtypes.get(n.name, "non-tensor")
             graph.inputs.append(node.name)
     _last_axis_channels(graph)
+    _share_weights(graph)
     return graph
+
+
+def _share_weights(graph: Graph) -> None:
+    """A module called twice (``fc(fc(x))``): its later calls hold the first call's weight
+    arrays, so the model's memory counts them once (`core.memory`)."""
+    first: dict[int, Node] = {}
+    for node in graph.nodes():
+        module = (node.payload or {}).get("module")
+        if module is None or not node.weights:
+            continue
+        holder = first.setdefault(id(module), node)
+        for wname, w in node.weights.items():
+            held = holder.weights.get(wname)
+            if holder is not node and held is not None and held.shape == w.shape:
+                node.weights[wname] = held
 
 
 # Ops whose output keeps its first input's layout, hence its channel axis.

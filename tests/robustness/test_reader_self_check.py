@@ -57,7 +57,9 @@ def test_a_misread_graph_is_refused_naming_the_first_layer_that_differs(monkeypa
     monkeypatch.setattr(capture, "exported", no_export)
     torch.manual_seed(0)
     _, data = _batches()
-    with pytest.raises(ModelReadError, match=r"expected the graph read from _ReluStatement.*first at layer 'b'"):
+    with pytest.raises(
+        ModelReadError, match=r"expected the graph read from _ReluStatement.*first at layer 'b'"
+    ):
         mct.ptq.pytorch_post_training_quantization(_ReluStatement().eval(), data)
 
 

@@ -57,7 +57,7 @@ from model_compression_toolkit.core.calibration.quantizers import fake_quant
 from model_compression_toolkit.core.calibration.thresholds import fill_weights_config
 from model_compression_toolkit.core.config import MixedPrecisionConfig, ResourceUtilization
 from model_compression_toolkit.core.graph import Graph, Node
-from model_compression_toolkit.core.memory import FLOAT_BITS, graph_memory, total
+from model_compression_toolkit.core.memory import FLOAT_BITS, graph_memory, shared_weights, total
 from model_compression_toolkit.core.mixed_precision.knapsack import solve_knapsack
 from model_compression_toolkit.core.mixed_precision.result import (
     LOCAL,
@@ -100,13 +100,18 @@ class BudgetProblem:
 
 
 def budget_problem(graph: Graph, candidate_bits: Sequence[int]) -> BudgetProblem:
-    """Weights whose bits were set by hand (``cfg.manual``) count as fixed, at those bits."""
+    """Weights whose bits were set by hand (``cfg.manual``) count as fixed, at those bits.
+    A shared layer's later calls hold its first call's arrays: counted there only, and given
+    its bits after the search (`core.memory.shared_weights`)."""
     names, counts, fixed_bits = [], [], 0
+    seen: set[int] = set()
     for node in graph.nodes():
         quantized = node.quant.weights
-        fixed_bits += FLOAT_BITS * sum(w.size for name, w in node.weights.items() if name not in quantized)
-        fixed_bits += sum(node.weights[w].size * c.n_bits for w, c in quantized.items() if c.manual)
-        searched = [w for w, c in quantized.items() if not c.manual]
+        own = {name for name, w in node.weights.items() if id(w) not in seen}
+        seen.update(id(w) for w in node.weights.values())
+        fixed_bits += FLOAT_BITS * sum(w.size for name, w in node.weights.items() if name not in quantized and name in own)
+        fixed_bits += sum(node.weights[w].size * c.n_bits for w, c in quantized.items() if c.manual and w in own)
+        searched = [w for w, c in quantized.items() if not c.manual and w in own]
         if searched:
             names.append(node.name)
             counts.append(sum(node.weights[w].size for w in searched))
@@ -184,6 +189,11 @@ def search_bit_widths(
         choice = [bits[j] for j in picked]
     for name, b in zip(problem.names, choice):
         graph.node(name).quant.weights = copy.deepcopy(variants[b].node(name).quant.weights)
+    for name, holder in shared_weights(graph).items():  # a shared layer's later calls: its bits
+        node, held = graph.node(name), graph.node(holder).quant.weights
+        for wname in node.quant.weights:
+            if wname in held and node.weights.get(wname) is graph.node(holder).weights.get(wname):
+                node.quant.weights[wname] = copy.deepcopy(held[wname])
     final = total(graph_memory(graph, True)).weights_bytes
     layers = [
         LayerBits(name, b, dict(sens.get(name, {})), int(n), float(n) * b / 8, how.get(name, NOT_MEASURED))
