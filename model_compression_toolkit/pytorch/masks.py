@@ -9,7 +9,7 @@ positions, a ViT builds position ids. Those nodes have nothing to quantize (a ma
     positions -> float -> log -> long -> embedding        log, float: SHAPE
 
 A node is SHAPE when its outputs hold no floating-point tensor, or when everything that
-reads it is SHAPE or the attention mask of a scaled dot-product attention, or when its
+reads it is SHAPE (a layer with weights excepted: its kind is its op's) or the attention mask of a scaled dot-product attention, or when its
 value is computed from shapes (and constants) alone, as YOLOv8's anchor grid exported to
 ONNX is (an 8-bit grid on pixel coordinates would move the boxes)::
 
@@ -42,6 +42,8 @@ def no_activation(graph: Graph) -> list[str]:
     for name in reversed(graph.topological_order()):
         node = graph.node(name)
         if node.kind in (OpKind.INPUT, OpKind.CONSTANT, OpKind.SHAPE) or graph.is_output(name):
+            continue
+        if node.weights:  # a layer's kind is its op's: a Linear before argmax keeps its kernel quantized
             continue
         uses = graph.out_edges(name)
         if uses and all(

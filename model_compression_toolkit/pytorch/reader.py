@@ -100,8 +100,8 @@ def _checked_graph(
     """The graph of ``captured``, validated, and checked to compute what ``work`` computes on
     the sample (`model_checks.check_read`): no misread graph goes further."""
     gm = captured.gm
-    shapes, dtypes, floating = _propagate(gm, sample_inputs, type(work).__name__)
-    graph = _to_graph(gm, shapes, dtypes, floating, type(work).__name__)
+    shapes, dtypes, floating, complex_ = _propagate(gm, sample_inputs, type(work).__name__)
+    graph = _to_graph(gm, shapes, dtypes, floating, complex_, type(work).__name__)
     graph.meta[OUT_SPEC_META] = captured.out_spec
     graph.meta[CAPTURE_META] = captured.path
     graph.meta[DEVICE_META] = device
@@ -158,6 +158,7 @@ class _Shapes(fx.Interpreter):
         self.current: fx.Node | None = None
         self.shapes: dict[str, list[tuple]] = {}
         self.floating: dict[str, bool] = {}
+        self.complex: set[str] = set()  # nodes whose tensors are complex (torch.fft's)
         self.dtypes: dict[str, str] = {}
 
     def run_node(self, n: fx.Node) -> Any:
@@ -166,6 +167,8 @@ class _Shapes(fx.Interpreter):
         tensors = _tensors(result)
         self.shapes[n.name] = [tuple(int(d) for d in t.shape) for t in tensors]
         self.floating[n.name] = any(t.is_floating_point() for t in tensors)
+        if any(t.is_complex() for t in tensors):
+            self.complex.add(n.name)
         if n.op == "placeholder":  # "non-tensor" for an argument such as forward(x, k=2)
             tensor = isinstance(result, torch.Tensor)
             self.dtypes[n.name] = str(result.dtype).removeprefix("torch.") if tensor else "non-tensor"
@@ -199,9 +202,10 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 def _propagate(
     gm: fx.GraphModule, sample: Sequence[Any], model_name: str
-) -> tuple[dict[str, list[tuple]], dict[str, str], dict[str, bool]]:
+) -> tuple[dict[str, list[tuple]], dict[str, str], dict[str, bool], set[str]]:
     """Shapes on the sample, with None on the dims that change with the batch size, the
-    inputs' dtypes, and whether each node's output holds a floating-point tensor."""
+    inputs' dtypes, whether each node's output holds a floating-point tensor, and the nodes
+    whose outputs hold a complex one."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     required = [n for n in placeholders if not n.args]
     given = [tuple(np.shape(x)) for x in sample]
@@ -224,7 +228,7 @@ def _propagate(
         ) from e
     batch = next((t.shape[0] for t in inputs if t.dim() > 0), None)
     if batch is None:
-        return real.shapes, real.dtypes, real.floating
+        return real.shapes, real.dtypes, real.floating, real.complex
     alt_inputs = [
         (t[:1] if batch > 1 else torch.cat([t, t])) if t.dim() > 0 and t.shape[0] == batch else t
         for t in inputs
@@ -234,7 +238,7 @@ def _propagate(
     except RuntimeError:  # a model fixed to one batch size (or a captured graph): dim 0 is the batch
         alt = None
     shapes = {name: _batch_none(shapes, alt and alt.get(name), batch) for name, shapes in real.shapes.items()}
-    return shapes, real.dtypes, real.floating
+    return shapes, real.dtypes, real.floating, real.complex
 
 
 def _check_dtypes(
@@ -337,7 +341,12 @@ def _attr(gm: fx.GraphModule, target: str) -> Any:
 
 
 def _to_graph(
-    gm: fx.GraphModule, shapes: dict[str, list[tuple]], dtypes: dict[str, str], floating: dict[str, bool], name: str
+    gm: fx.GraphModule,
+    shapes: dict[str, list[tuple]],
+    dtypes: dict[str, str],
+    floating: dict[str, bool],
+    complex_: set[str],
+    name: str,
 ) -> Graph:
     graph = Graph(name, "pytorch")
     names = _node_names(gm)
@@ -369,6 +378,8 @@ def _to_graph(
         node.output_shapes = shapes.get(n.name) or [()]
         if node.kind == OpKind.CONSTANT:
             node.output_shapes = [tuple(node.weights["value"].shape)]
+        elif n.name in complex_ and n.op != "placeholder":
+            node.kind = OpKind.UNKNOWN  # computed from values (torch.fft.rfft): kept in float, not a SHAPE
         elif n.op != "placeholder" and (not shapes.get(n.name) or not floating.get(n.name, True)):
             node.kind = OpKind.SHAPE  # x.size(0), x.shape: not a tensor; ids, masks: not floating-point
         node.input_shapes = [_first_shape(graph.node(names[x.name])) for x in inputs]
