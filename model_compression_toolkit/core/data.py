@@ -15,6 +15,7 @@ writes nothing):
   in float, they are an `InputMismatchError` naming the dtype: here when the model declares
   its inputs' dtypes (Keras), else when the backend reads the model (PyTorch: the first
   layer that computes in float), which is before anything is written too;
+- values that are not numbers (strings, Python objects): `RepresentativeDataError`;
 - a floating-point input whose every value in a batch is NaN or infinite:
   `RepresentativeDataError` (a few non-finite values are skipped with a warning).
 
@@ -174,6 +175,11 @@ class RepresentativeData:
     def _check_values(self, arrays: Batch, index: int) -> None:
         """The dtype rule for integers and booleans, and no input of nothing but NaN or inf."""
         for i, arr in enumerate(arrays):
+            if arr.dtype.kind not in "biufc":
+                raise RepresentativeDataError(
+                    f"batch {index}, input {self._name(i)}: expected numbers (float, integer or bool arrays); got "
+                    f"{arr.dtype} values ({_describe(arr)}). Convert them, e.g. np.asarray(x, dtype=np.float32)."
+                )
             want = self._dtypes[i] if i < len(self._dtypes) else None
             if arr.dtype.kind in "biu" and want is not None and _is_float(want):
                 raise InputMismatchError(
