@@ -277,11 +277,14 @@ def suggest_fix(
         grown = _fix(graph, [*chosen, entry], bits, act_bits, l_p_value, stats)
         grown.output_sqnr_db_before = fix.output_sqnr_db_before
         grown.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, grown, l_p_value, stats))
-        if grown.output_sqnr_db_after > fix.output_sqnr_db_after:
-            chosen.append(entry)
-            fix = grown
+        if grown.output_sqnr_db_after < fix.output_sqnr_db_after + 1.0:
+            break  # the next entries in rank order do not add up to a fix: stop paying for passes
+        chosen.append(entry)
+        fix = grown
     if fix.output_sqnr_db_after < CAUSE_DB:  # the causes are not the whole loss: is it spread?
-        spread = _spread_fix(entries, graph, probe, before, l_p_value, stats, causes=len(chosen))
+        spread = _spread_fix(
+            entries, graph, probe, before, l_p_value, stats, causes=(len(chosen), fix.output_sqnr_db_after)
+        )
         if spread is not None and spread.output_sqnr_db_after > fix.output_sqnr_db_after + 3.0:
             return spread
     return fix
@@ -294,11 +297,12 @@ def _spread_fix(
     before: float,
     l_p_value: float,
     stats: Mapping[str, NodeStatistics],
-    causes: int = 0,
+    causes: tuple[int, float] | None = None,
 ) -> SuggestedFix | None:
     """Every activation, or every weight, at `SPREAD_BITS` (8 first where they have fewer):
     the cheapest that lifts the output to `CANDIDATE_DB`, else the best; None if none gains
-    3 dB. ``causes``: how many causes a fix of their own did not restore."""
+    3 dB. ``causes``: how many causes a fix of their own did not restore, and the output
+    SQNR with that fix (dB)."""
     acts = [n for n in graph.nodes() if n.quant.activation is not None and n.quant.activation.grid is not None]
     weighted = [n for n in graph.nodes() if any(c.grid is not None for c in n.quant.weights.values())]
     act_now = max((n.quant.activation.n_bits for n in acts), default=SPREAD_BITS)
@@ -327,7 +331,7 @@ def _spread_fix(
         for f in tried
     )
     alone_text = (
-        f"fixing the {causes} quantizers that damage it alone does not restore it"
+        f"and fixing the {causes[0]} quantizers that damage it alone gives only {causes[1]:.1f} dB"
         if causes
         else f"though no quantizer alone damages it ({len(entries)} quantizers, the median keeping "
         f"{float(np.median(alone)) if alone else 0.0:.0f} dB of its own)"
