@@ -249,7 +249,7 @@ def write_onnx(
     The batch dimension is dynamic when the model allows it; else the model takes the
     example's batch size only, and a note says so.
     """
-    from model_compression_toolkit.pytorch import onnx_model
+    from model_compression_toolkit.pytorch import onnx_model, traced_export
 
     model = export_module(graph)
     args = tuple(ops.as_tensor(x) for x in _at_least_two(example))
@@ -259,13 +259,13 @@ def write_onnx(
     try:
         program = _capture(model, args, dynamic)
     except Exception as err:  # noqa: BLE001 - e.g. a model whose batch size is fixed in its code: try without
-        if _reads_constants(err):
-            return _write_traced(model, args, path, graph, opset)
+        if traced_export.reads_constants(err):
+            return traced_export.write(model, args, path, graph, opset)
         try:
             program = _capture(model, args, None)
         except Exception as err:  # noqa: BLE001 - torch.export's many error types
-            if _reads_constants(err):
-                return _write_traced(model, args, path, graph, opset)
+            if traced_export.reads_constants(err):
+                return traced_export.write(model, args, path, graph, opset)
             raise ExportError(
                 f"torch.export could not capture the quantized model: {_first_line(err)}"
             ) from err
@@ -298,85 +298,6 @@ def _capture(model: nn.Module, args: tuple, dynamic: Any) -> Any:
     with warnings.catch_warnings(), _quiet_onnx_logging():
         warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning, UserWarning))
         return torch.export.export(model, args, dynamic_shapes=dynamic, strict=False)
-
-
-def _write_traced(
-    model: nn.Module, args: tuple, path: Path, graph: Graph, opset: int
-) -> tuple[list[str], dict[str, float]]:
-    """Export by tracing with real tensors (``torch.onnx.export(dynamo=False)``): for a model
-    whose code branches on the value of a constant (onnx2torch's ``Reshape`` asks
-    ``torch.any(shape == 0)``, its ``Slice`` reads its axes with ``.numpy()``).
-
-    ``torch.export`` lifts every tensor attribute to an input without a value, so such a
-    branch is data-dependent to it, though it is the same on every call; a trace takes
-    the branch the constant takes. The batch dimension stays dynamic.
-    """
-    import io
-
-    import onnx
-
-    from model_compression_toolkit.pytorch import onnx_model
-
-    _register_symbolics(min(opset, 17))
-    buffer = io.BytesIO()
-    names = input_names(graph)
-    with warnings.catch_warnings(), torch.no_grad(), _quiet_onnx_logging():
-        warnings.simplefilter("ignore")
-        try:
-            traced = torch.jit.trace(model, args, check_trace=False)  # onnx2torch's modules run as in eager
-            torch.onnx.export(
-                traced, args, buffer, dynamo=False, opset_version=min(opset, 17), input_names=names,
-                dynamic_axes={n: {0: "batch"} for n, a in zip(names, args) if a.dim() > 0},
-            )  # fmt: skip
-        except Exception as err:  # noqa: BLE001 - the TorchScript exporter's many error types
-            raise ExportError(
-                f"torch.onnx.export (traced) could not export the quantized model: {_first_line(err)}"
-            ) from err
-    proto = onnx.load_model_from_string(buffer.getvalue())
-    return [], onnx_model.finish(proto, path, graph)
-
-
-def _register_symbolics(opset: int) -> None:
-    """The two ops as ONNX's own, for the TorchScript exporter (`onnx_translations` for dynamo)."""
-    from torch.onnx import register_custom_op_symbolic, symbolic_helper, symbolic_opset11
-
-    types = {"int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16, "uint16": torch.uint16}
-
-    @symbolic_helper.parse_args("v", "f", "i", "i", "i", "s")
-    def quantize_dequantize(
-        g: Any, x: Any, scale: float, zero_point: int, lo: int, hi: int, dtype: str
-    ) -> Any:
-        s = g.op("Constant", value_t=torch.tensor(scale, dtype=torch.float32))
-        zp = g.op("Constant", value_t=torch.tensor(zero_point, dtype=types[dtype]))
-        q = g.op("QuantizeLinear", x, s, zp)
-        if (lo, hi) != _range(dtype):  # a grid narrower than its type: stay on it
-            bounds = [g.op("Constant", value_t=torch.tensor(v, dtype=types[dtype])) for v in (lo, hi)]
-            q = g.op("Clip", q, *bounds)
-        return g.op("DequantizeLinear", q, s, zp)
-
-    @symbolic_helper.parse_args("v", "v", "v", "i")
-    def dequantize(g: Any, q: Any, scale: Any, zero_point: Any, axis: int) -> Any:
-        return g.op("DequantizeLinear", q, scale, zero_point, axis_i=axis)
-
-    register_custom_op_symbolic(f"{NAMESPACE}::quantize_dequantize", quantize_dequantize, opset)
-    # the exporter writes ``clamp`` but not its alias ``clip`` (onnx2torch's Clip calls torch.clip)
-    register_custom_op_symbolic("aten::clip", symbolic_opset11.clamp, opset)
-    register_custom_op_symbolic(f"{NAMESPACE}::dequantize", dequantize, opset)
-
-
-def _reads_constants(err: BaseException) -> bool:
-    """Whether torch.export stopped at code reading a tensor's values: a data-dependent
-    branch, or ``.numpy()`` on a lifted constant (`_write_traced`)."""
-    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
-
-    seen: BaseException | None = err
-    while seen is not None:
-        if isinstance(seen, GuardOnDataDependentSymNode) or "not supported for tensor subclasses" in str(
-            seen
-        ):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def _export(program: Any, opset: int, inputs: list[str]) -> Any:
