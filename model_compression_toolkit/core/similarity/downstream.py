@@ -30,7 +30,8 @@ class Cut:
     """The part of a graph from one node on.
 
     Attributes:
-        keep: the node and every node its output reaches.
+        keep: what the cut computes: the node, every node its output reaches, and the
+            values from shapes and the model inputs those read.
         edges: (source node, placeholder name) of each float value that crosses into it.
         outputs: for each of the cut's outputs, the index of the model output it is.
         inputs: the model inputs (their index) the cut reads directly.
@@ -55,7 +56,7 @@ class Cut:
             out.add_node(_placeholder(name, variant.node(src)))
             out.inputs.append(name)
         for index in self.inputs:
-            out.inputs.append(variant.inputs[index])
+            out.inputs.append(variant.inputs[index])  # added below, in topological order
         placeholder = dict(self.edges)
         for name in variant.topological_order():
             if name in self.keep:
@@ -77,26 +78,36 @@ class Cut:
 
 def cut_after(graph: Graph, name: str) -> Cut | None:
     """The cut of ``graph`` from node ``name`` on; None where it cannot be fed from float
-    values (see the module doc) or would be the whole graph anyway."""
+    values (see the module doc) or would be the whole graph anyway.
+
+    A value computed from shapes alone (a SHAPE node: ``x.size(0)``, a converted model's
+    Shape -> Gather -> Concat chain) is computed again inside the cut from the tensors it
+    reads, which cross in as float values like any other; a model input read inside the
+    cut is read from the data."""
     keep = {name} | nx.descendants(graph._g, name)
-    edges: dict[str, str] = {}
-    for member in keep:
+    compute, edges, stack = set(keep), {}, list(keep)
+    while stack:
+        member = stack.pop()
         for e in graph.in_edges(member):
-            if e.src in keep:
+            if e.src in compute or e.src in edges:
                 continue
             src = graph.node(e.src)
             if src.kind == OpKind.CONSTANT:
                 continue
-            if src.kind in (OpKind.SHAPE, OpKind.UNKNOWN) or e.src_index != 0 or not src.output_shapes:
+            if src.kind in (OpKind.SHAPE, OpKind.INPUT):  # computed again / read from the data
+                compute.add(e.src)
+                stack.append(e.src)
+                continue
+            if e.src_index != 0 or not src.output_shapes or len(src.output_shapes) != 1:
                 return None
-            edges.setdefault(e.src, f"{e.src}{CUT_SUFFIX}")
-    inputs = [i for i, n in enumerate(graph.inputs) if n in keep]
+            edges[e.src] = f"{e.src}{CUT_SUFFIX}"
+    inputs = [i for i, n in enumerate(graph.inputs) if n in compute]
     if len(inputs) == len(graph.inputs) and not edges:
         return None
     outputs = [i for i, (n, _) in enumerate(graph.outputs) if n in keep]
     order = {n: i for i, n in enumerate(graph.topological_order())}
     ordered = sorted(edges.items(), key=lambda item: order[item[0]])
-    return Cut(frozenset(keep), ordered, outputs, inputs)
+    return Cut(frozenset(compute), ordered, outputs, inputs)
 
 
 def _placeholder(name: str, src: Node) -> Node:
