@@ -130,24 +130,7 @@ PAGE_RUNS = [
 
 # Statements that cannot run as written, by page and first line, until their page is changed
 # as said (reported with issue 34); one that starts to run fails the test, to be removed here.
-DOCS_TO_FIX: dict[str, str] = {
-    # README.md, export block: the Keras line exports the PyTorch q_model of the lines before
-    'README.md: mct.exporter.keras_export_model(q_model, "model.tflite",': "quantize keras_model first: "
-    "keras_q_model, _ = mct.ptq.keras_post_training_quantization(keras_model, representative_data_gen), "
-    "then mct.exporter.keras_export_model(keras_q_model, ...)",
-    # docs/fallback_tuning_mixed_precision.rst: the tuned call reuses the KeepFloat example's
-    # core_config, whose names (features.0, layer4.*) are another model's
-    "docs/fallback_tuning_mixed_precision.rst: q_model, info = mct.ptq.pytorch_tuned_post_training_quantization(": "core_config=mct.core.CoreConfig("
-    "keep_float=keep) (the block above's digits names) instead of core_config=core_config",
-    "docs/fallback_tuning_mixed_precision.rst: print(info.tuning.summary())": "follows from the tuned call above",
-    # docs/guide.rst, the info block
-    'docs/guide.rst: info.layers["3"].weights["weight"]["threshold"]': "weights are named "
-    'neutrally: info.layers["3"].weights["kernel"]["threshold"]',
-    "docs/guide.rst: info.similarity.ranked()[:5]": (
-        "the guide's call runs without a log folder, so info.similarity is None: give its DebugConfig "
-        "analyze_similarity=True"
-    ),
-}
+DOCS_TO_FIX: dict[str, str] = {}
 
 
 def first_line(block: Block, source: str) -> str:
