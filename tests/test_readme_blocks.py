@@ -323,13 +323,3 @@ def test_tutorials_import_nothing_from_tests():
                 assert not node.module.startswith("tests"), f"{path.name} imports {node.module}"
             if isinstance(node, ast.Import):
                 assert not any(a.name.startswith("tests") for a in node.names), path.name
-
-
-@pytest.mark.parametrize("framework", ["pytorch", "keras"])
-def test_the_demo_weights_are_the_tested_weights(framework):
-    """tutorials/weights holds the same trained CNN the tests load (tests/fixtures/weights)."""
-    ours = np.load(digits.weights_file(framework))
-    tests = np.load(REPO / "tests" / "fixtures" / "weights" / f"digits_cnn_{framework}.npz")
-    assert sorted(ours.files) == sorted(tests.files)
-    for k in ours.files:
-        np.testing.assert_array_equal(ours[k], tests[k])
