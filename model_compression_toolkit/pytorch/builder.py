@@ -330,7 +330,7 @@ def _emit(
         value = node_weight(node, "value", quantized, weights) if "value" in node.weights else payload.get("value")
         root[target] = torch.tensor(value) if isinstance(value, np.ndarray) else value
     elif op == "call_function":
-        target = ops.OUT_OF_PLACE_FUNCTIONS.get(target, target) if _hashable(target) else target
+        target = ops.OUT_OF_PLACE_FUNCTIONS.get(target, target) if ops.hashable(target) else target
         target = aten.out_of_place(target)
         if kwargs.get("inplace") is True:
             kwargs["inplace"] = False
@@ -380,17 +380,10 @@ def _is_max_pool_2d(node: Node, callee: Any, args: Sequence[Any], kwargs: Mappin
     """
     if not args or len(node.output_shapes[0] if node.output_shapes else ()) != 4:
         return False
-    if _hashable(callee) and callee in _MAX_POOL_2D_FUNCTIONS:
+    if ops.hashable(callee) and callee in _MAX_POOL_2D_FUNCTIONS:
         return not (kwargs.get("return_indices") or (len(args) > 6 and args[6]))
     return type(callee) is nn.MaxPool2d and not callee.return_indices
 
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from model_compression_toolkit.pytorch import ops
+
 _INPLACE_OPERATORS = frozenset(
     {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv}
     | {operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor}
@@ -90,19 +92,12 @@ def mutated(n: fx.Node, gm: fx.GraphModule) -> list[fx.Node]:
     elif n.op == "call_function":
         name = getattr(n.target, "__name__", "")
         torch_fn = (getattr(n.target, "__module__", None) or "").startswith("torch")
-        if _hashable(n.target) and n.target in _INPLACE_OPERATORS:
+        if ops.hashable(n.target) and n.target in _INPLACE_OPERATORS:
             written = [first]
         elif (torch_fn and _trailing_underscore(name)) or _inplace_flag(n.target, n.args, n.kwargs):
             written = [first]
     return [w for w in written if isinstance(w, fx.Node)]
 
-
-def _hashable(target: Any) -> bool:
-    try:
-        hash(target)
-    except TypeError:
-        return False
-    return True
 
 
 def _module(gm: fx.GraphModule, target: str) -> Any:
@@ -121,7 +116,7 @@ def _is_view(n: fx.Node, gm: fx.GraphModule) -> bool:
     if n.op == "call_function" and _aten(n.target):
         returns = n.target._schema.returns
         return bool(returns) and returns[0].alias_info is not None
-    return n.op == "call_function" and _hashable(n.target) and n.target in _VIEW_FUNCTIONS
+    return n.op == "call_function" and ops.hashable(n.target) and n.target in _VIEW_FUNCTIONS
 
 
 def _base(n: fx.Node, gm: fx.GraphModule, aliases: dict[fx.Node, fx.Node]) -> fx.Node:

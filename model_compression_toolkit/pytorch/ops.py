@@ -237,6 +237,15 @@ class Ref:
     index: int
 
 
+def hashable(value: Any) -> bool:
+    """Whether ``value`` can be looked up in the tables here (a partial or a list cannot)."""
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
 def map_structure(value: Any, fn: Callable[[Any], Any]) -> Any:
     """Apply ``fn`` to every leaf of nested tuples, lists, dicts and slices."""
     if isinstance(value, tuple):
