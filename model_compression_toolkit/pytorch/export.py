@@ -20,7 +20,7 @@ import importlib.util
 import os
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, redirect_stdout
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -313,8 +313,10 @@ def _export(program: Any, opset: int, inputs: list[str]) -> Any:
 
 @contextmanager
 def _quiet_onnx_logging() -> Iterator[None]:
-    """Keeps torch.onnx's progress lines (``[torch.onnx] ... ✅``) off the user's console."""
-    with open(os.devnull, "w") as sink, redirect_stdout(sink):
+    """Keeps torch.onnx's progress lines (``[torch.onnx] ... ✅``) off the user's console, and
+    torch.export's print of a whole traced graph when it meets a data-dependent branch (the
+    error it raises says what failed, and a fallback follows)."""
+    with open(os.devnull, "w") as sink, redirect_stdout(sink), redirect_stderr(sink):
         yield
 
 
