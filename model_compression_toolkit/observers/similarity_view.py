@@ -161,28 +161,33 @@ def _bits(layer: LayerSimilarity) -> str:
 def causes_markdown(report: SimilarityReport) -> str:
     """The causes and the suggested fix, then every quantizer ranked by what it alone does
     to the model output: the first thing the Text dashboard shows."""
-    causes = report.causes()
+    causes, fix = report.causes(), report.fix
     if causes:
-        code = report.fix.code()
-        # the summary's lines after its title and the code shown above: what the fix costs and gives
-        effect = report.fix.summary().splitlines()[1 + len(code.splitlines()) :]
-        head = [
+        title = (
             f"**{len(causes)} quantizer(s) damage the output on their own** (output SQNR with that quantizer "
-            f"alone under {CAUSE_DB:g} dB, on {report.impact_samples} samples). Suggested fix, which "
-            "`CoreConfig(keep_float=info.similarity.suggested_fix())` applies:",
-            "",
-            "```",
-            code,
-            "```",
-            "",
-            "It " + "; ".join(line.strip() for line in effect) + ".",
-        ]
+            f"alone under {CAUSE_DB:g} dB, on {report.impact_samples} samples)."
+        )
     else:
-        head = [f"**No quantizer damages the output on its own** (every output SQNR alone ≥ {CAUSE_DB:g} dB)."]
+        title = f"**No quantizer damages the output on its own** (every output SQNR alone ≥ {CAUSE_DB:g} dB)."
+    head = [title]
+    if fix.spread:
+        head += ["", "The loss is spread: " + fix.spread]
+    if fix:
+        head += [
+            "",
+            "Suggested fix, which `CoreConfig(keep_float=info.similarity.suggested_fix())` applies, or paste:",
+            "",
+            "```",
+            fix.code(),
+            "```",
+            "",
+            "It " + "; ".join(fix.effects()) + ".",
+        ]
     rows = [
         "| rank | quantizer | type | bits | output SQNR alone dB | own SQNR dB | median channel dB | worst channel dB "
-        "| channels < 15 dB % | rounded to 0 % | clipped % | range spread | lost inputs % | cause |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
+        "| channels < 15 dB % | rounded to 0 % | clipped % | range spread | lost inputs % | cause "
+        "| where the harm lands (worst part of an output) |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---|",
     ]
     for q in report.quantizers:
         cells = [
@@ -191,6 +196,7 @@ def causes_markdown(report: SimilarityReport) -> str:
             _fmt(q.channel_sqnr_worst_db, ".1f"), _fmt(q.high_error_channels_percent, ".0f"),
             _fmt(q.zero_rounded_percent, ".1f"), _fmt(q.clipped_percent, ".2f"), _fmt(q.channel_range_spread, ".3g"),
             _fmt(q.lost_input_channels_percent, ".1f"), "**yes**" if q.cause else "",
+            _name(f"{q.output_part}: {q.output_part_distinct} distinct values") if q.output_part else "",
         ]  # fmt: skip
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join([*head, "", *rows])

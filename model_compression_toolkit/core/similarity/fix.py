@@ -182,29 +182,31 @@ class SuggestedFix(Sequence):
         """Whether the fix lifts the output to `CAUSE_DB` or more (None: not measured)."""
         return None if self.output_sqnr_db_after is None else self.output_sqnr_db_after >= CAUSE_DB
 
+    def effects(self) -> list[str]:
+        """What the fix costs in memory and what it gives, a sentence a line."""
+        cost = self.weights_bytes_after - self.weights_bytes_before
+        act = self.activation_bytes_after - self.activation_bytes_before
+        lines = [
+            f"costs {cost / 1024:+.1f} KiB of weights ({self.weights_bytes_before / 1024:.1f} -> "
+            f"{self.weights_bytes_after / 1024:.1f} KiB) and {act / 1024:+.1f} KiB of activations per sample"
+        ]
+        if self.output_sqnr_db_before is not None and self.output_sqnr_db_after is not None:
+            lines.append(f"output SQNR {self.output_sqnr_db_before:.1f} dB -> {self.output_sqnr_db_after:.1f} dB with it")
+        if self.restores is False:
+            lines.append(
+                f"it does NOT restore the output (under {CAUSE_DB:g} dB with it): the causes found are not the "
+                "whole loss; check the task metric, and keep more of the ranked quantizers float or at 16 bits"
+            )
+        return lines
+
     def summary(self) -> str:
         """The fix, what it costs in memory, and what it gives, in a few lines."""
         if not self:
             return "suggested fix: none (no quantizer damages the output on its own)"
-        cost = self.weights_bytes_after - self.weights_bytes_before
-        act = self.activation_bytes_after - self.activation_bytes_before
         lines = [f"the loss is spread: {self.spread}"] if self.spread else []
         lines.append("suggested fix (CoreConfig(keep_float=fix) applies it, or paste):")
         lines += ["  " + line for line in self.code().splitlines() if line]
-        lines.append(
-            f"  costs {cost / 1024:+.1f} KiB of weights ({self.weights_bytes_before / 1024:.1f} -> "
-            f"{self.weights_bytes_after / 1024:.1f} KiB) and {act / 1024:+.1f} KiB of activations per sample"
-        )
-        if self.output_sqnr_db_before is not None and self.output_sqnr_db_after is not None:
-            lines.append(
-                f"  output SQNR {self.output_sqnr_db_before:.1f} dB -> {self.output_sqnr_db_after:.1f} dB with it"
-            )
-        if self.restores is False:
-            lines.append(
-                f"  it does NOT restore the output (under {CAUSE_DB:g} dB with it): the causes found are not the "
-                "whole loss; check the task metric, and keep more of the ranked quantizers float or at 16 bits"
-            )
-        return "\n".join(lines)
+        return "\n".join(lines + ["  " + line for line in self.effects()])
 
     def to_dict(self) -> dict[str, Any]:
         return {
