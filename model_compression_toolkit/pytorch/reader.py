@@ -336,7 +336,15 @@ def _absorbed(gm: fx.GraphModule) -> dict[fx.Node, dict[str, torch.Tensor]]:
 def _attr(gm: fx.GraphModule, target: str) -> Any:
     value: Any = gm
     for part in target.split("."):
-        value = getattr(value, part)
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise ModelReadError(
+                f"expected a forward that reads the model's attributes without replacing them; the traced graph "
+                f"reads {target!r}, which the model does not hold once traced: its forward assigns a tensor to an "
+                "attribute while it runs (self.buffer = ...). Keep such values in local variables, or register the "
+                "buffer once in __init__ and update it in place outside forward."
+            ) from None
     return value
 
 

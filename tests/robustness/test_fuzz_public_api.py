@@ -105,11 +105,6 @@ def test_any_representative_data_gen_is_taken_or_refused_by_type(fw, gen):
     typed_or_nothing(lambda: fw.ptq(small_mlp(fw), gen, core_config=no_similarity()))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 34: the PyTorch reader (pytorch/reader.py, another engineer's) raises AttributeError "
-    "'_tensor_constant0' for a buffer reassigned in forward; remove this mark when it is read or refused",
-)
 def test_a_buffer_reassigned_in_forward_is_read_or_a_typed_error():
     """A buffer replaced in ``forward`` (issue 34 saw AttributeError '_tensor_constant0'
     from the PyTorch reader): the call works or raises the library's error."""
