@@ -31,8 +31,7 @@ from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import QuantGrid
 from model_compression_toolkit.errors import GraphValidationError, LayerSelectionError
 from model_compression_toolkit.pytorch import aten, functional, ops
-from model_compression_toolkit.pytorch.ops import Ref, map_structure
-from model_compression_toolkit.pytorch.reader import DEVICE_META, OUT_SPEC_META, OUTPUTS_META
+from model_compression_toolkit.pytorch.ops import DEVICE_META, OUT_SPEC_META, OUTPUTS_META, Ref, map_structure
 
 BUILT_MARK = "model_compression_toolkit_built"  # key in GraphModule.meta of the models built here
 

@@ -17,10 +17,8 @@ model the quantized model runs, so onnxruntime's graph optimizations can fuse ea
 from __future__ import annotations
 
 import importlib.util
-import os
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +38,13 @@ from model_compression_toolkit.core.export_report import ExportedGraph
 from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.errors import ExportError, GraphValidationError, MissingDependencyError
 from model_compression_toolkit.pytorch import builder, ops
-
-NAMESPACE = "model_compression_toolkit"
+from model_compression_toolkit.pytorch.onnx_support import (
+    NAMESPACE,
+    first_line,
+    input_names,
+    integer_range,
+    quiet_onnx_logging,
+)
 
 
 # ------------------------------------------------------------------ the two ops
@@ -90,7 +93,7 @@ def onnx_translations() -> dict[Any, Any]:
         s = op.Constant(value_float=float(scale))
         zp = op.Cast(op.Constant(value_int=int(zero_point)), to=types[dtype])
         q = op.QuantizeLinear(x, s, zp)
-        if (lo, hi) != _range(dtype):  # a grid narrower than its type: stay on it
+        if (lo, hi) != integer_range(dtype):  # a grid narrower than its type: stay on it
             q = op.Clip(
                 q,
                 op.Cast(op.Constant(value_int=lo), to=types[dtype]),
@@ -105,11 +108,6 @@ def onnx_translations() -> dict[Any, Any]:
         torch.ops.model_compression_toolkit.quantize_dequantize.default: _quantize_dequantize,
         torch.ops.model_compression_toolkit.dequantize.default: _dequantize,
     }
-
-
-def _range(dtype: str) -> tuple[int, int]:
-    info = np.iinfo(dtype)
-    return int(info.min), int(info.max)
 
 
 # ------------------------------------------------------------------ the model ONNX is traced from
@@ -235,10 +233,6 @@ def export_module(graph: Graph) -> fx.GraphModule:
     return model
 
 
-def input_names(graph: Graph) -> list[str]:
-    return [str((graph.node(n).payload or {}).get("target") or n) for n in graph.inputs]
-
-
 # ------------------------------------------------------------------ writing
 def write_onnx(
     graph: Graph, example: Sequence[np.ndarray], path: Path, opset: int
@@ -267,7 +261,7 @@ def write_onnx(
             if traced_export.reads_constants(err):
                 return traced_export.write(model, args, path, graph, opset)
             raise ExportError(
-                f"torch.export could not capture the quantized model: {_first_line(err)}"
+                f"torch.export could not capture the quantized model: {first_line(err)}"
             ) from err
         notes.append(
             f"the ONNX model takes batches of {len(args[0])} samples only: its batch size is fixed in its code"
@@ -276,15 +270,10 @@ def write_onnx(
         onnx_program = _export(program, opset, input_names(graph))
     except Exception as err:  # noqa: BLE001 - the ONNX translation's many error types
         raise ExportError(
-            f"torch.onnx.export could not export the quantized model: {_first_line(err)}"
+            f"torch.onnx.export could not export the quantized model: {first_line(err)}"
         ) from err
     figures = onnx_model.finish(onnx_program.model_proto, path, graph)
     return notes, figures
-
-
-def _first_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    return f"{type(err).__name__}: {lines[0][:300] if lines else ''}"
 
 
 def _at_least_two(example: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -295,7 +284,7 @@ def _at_least_two(example: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 def _capture(model: nn.Module, args: tuple, dynamic: Any) -> Any:
     """The model as a ``torch.export`` program (``strict=False``)."""
-    with warnings.catch_warnings(), _quiet_onnx_logging():
+    with warnings.catch_warnings(), quiet_onnx_logging():
         warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning, UserWarning))
         return torch.export.export(model, args, dynamic_shapes=dynamic, strict=False)
 
@@ -303,21 +292,13 @@ def _capture(model: nn.Module, args: tuple, dynamic: Any) -> Any:
 def _export(program: Any, opset: int, inputs: list[str]) -> Any:
     """``torch.onnx.export`` of the captured ``program``; the outputs are named afterwards
     (`onnx_model.name_outputs`), as the exporter's own renaming can give two tensors one name."""
-    with warnings.catch_warnings(), _quiet_onnx_logging():
+    with warnings.catch_warnings(), quiet_onnx_logging():
         warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning, UserWarning))
         return torch.onnx.export(
             program, dynamo=True, opset_version=opset, input_names=inputs,
             custom_translation_table=onnx_translations(), verbose=False, report=False,
         )  # fmt: skip
 
-
-@contextmanager
-def _quiet_onnx_logging() -> Iterator[None]:
-    """Keeps torch.onnx's progress lines (``[torch.onnx] ... ✅``) off the user's console, and
-    torch.export's print of a whole traced graph when it meets a data-dependent branch (the
-    error it raises says what failed, and a fallback follows)."""
-    with open(os.devnull, "w") as sink, redirect_stdout(sink), redirect_stderr(sink):
-        yield
 
 
 def write_torchscript(q_model: nn.Module, example: Sequence[np.ndarray], path: Path) -> list[str]:

@@ -29,6 +29,12 @@ from model_compression_toolkit.core.graph import OpKind
 
 Entry = tuple[OpKind, str | None]
 
+# graph.meta keys of a PyTorch graph, set by the reader and read by the builder
+OUTPUTS_META = "pytorch_outputs"
+OUT_SPEC_META = "pytorch_out_spec"  # the output's pytree structure (torch.export), or None
+CAPTURE_META = "pytorch_capture"  # the path that captured the model ("torch.fx", "torch.export")
+DEVICE_META = "pytorch_device"  # the device of the model's weights: built models go there
+
 _ACTIVATION_MODULES: dict[type, str] = {
     nn.ReLU: "relu",
     nn.ReLU6: "relu6",

@@ -40,12 +40,15 @@ from model_compression_toolkit.errors import InputMismatchError, ModelReadError
 from model_compression_toolkit.pytorch import capture, functional, ops
 from model_compression_toolkit.pytorch.masks import no_activation
 from model_compression_toolkit.pytorch.model_checks import check_not_meta, check_read
-from model_compression_toolkit.pytorch.ops import Ref, as_tensor, map_structure
-
-OUTPUTS_META = "pytorch_outputs"
-OUT_SPEC_META = "pytorch_out_spec"  # the output's pytree structure (torch.export), or None
-CAPTURE_META = "pytorch_capture"  # the path that captured the model ("torch.fx", "torch.export")
-DEVICE_META = "pytorch_device"  # the device of the model's weights: built models go there
+from model_compression_toolkit.pytorch.ops import (
+    CAPTURE_META,
+    DEVICE_META,
+    OUT_SPEC_META,
+    OUTPUTS_META,
+    Ref,
+    as_tensor,
+    map_structure,
+)
 
 
 def read(model: nn.Module, sample_inputs: Sequence[np.ndarray]) -> tuple[Graph, list[str]]:

@@ -19,7 +19,10 @@ float constant.
 from __future__ import annotations
 
 import io
+import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,7 @@ from torch import nn
 
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.errors import ExportError
-from model_compression_toolkit.pytorch import export
+from model_compression_toolkit.pytorch import onnx_support
 
 TRACED_OPSET = 17  # the TorchScript exporter's newest well-supported opset
 
@@ -57,8 +60,8 @@ def write(model: nn.Module, args: tuple, path: Path, graph: Graph, opset: int) -
     opset = min(opset, TRACED_OPSET)
     register_symbolics(opset)
     buffer = io.BytesIO()
-    names = export.input_names(graph)
-    with warnings.catch_warnings(), torch.no_grad(), export._quiet_onnx_logging():
+    names = onnx_support.input_names(graph)
+    with warnings.catch_warnings(), torch.no_grad(), onnx_support.quiet_onnx_logging(), _opset_for_converted(opset):
         warnings.simplefilter("ignore")
         try:
             torch.onnx.export(
@@ -67,10 +70,28 @@ def write(model: nn.Module, args: tuple, path: Path, graph: Graph, opset: int) -
             )  # fmt: skip
         except Exception as err:  # noqa: BLE001 - the TorchScript exporter's many error types
             raise ExportError(
-                f"torch.onnx.export (traced) could not export the quantized model: {export._first_line(err)}"
+                f"torch.onnx.export (traced) could not export the quantized model: {onnx_support.first_line(err)}"
             ) from err
     proto = onnx.load_model_from_string(buffer.getvalue())
     return [], onnx_model.finish(proto, path, graph)
+
+
+@contextmanager
+def _opset_for_converted(opset: int) -> Iterator[None]:
+    """onnx2torch's modules read the export's opset from ``torch.onnx.symbolic_helper``:
+    its ``GLOBALS``, or (torch 1.x) ``_export_onnx_opset_version``. Once any import names
+    the submodule ``torch.onnx.symbolic_helper``, that name holds torch's backward-compatible
+    module, which has neither, and a converted model's export fails with an AttributeError
+    depending on what was imported before. That module gets the opset while the export runs."""
+    compat = sys.modules.get("torch.onnx.symbolic_helper")
+    if compat is None or hasattr(compat, "GLOBALS") or hasattr(compat, "_export_onnx_opset_version"):
+        yield
+        return
+    compat._export_onnx_opset_version = opset
+    try:
+        yield
+    finally:
+        del compat._export_onnx_opset_version
 
 
 class _Traced(nn.Module):
@@ -98,7 +119,7 @@ def register_symbolics(opset: int) -> None:
         s = g.op("Constant", value_t=torch.tensor(scale, dtype=torch.float32))
         zp = g.op("Constant", value_t=torch.tensor(zero_point, dtype=types[dtype]))
         q = g.op("QuantizeLinear", x, s, zp)
-        if (lo, hi) != export._range(dtype):  # a grid narrower than its type: stay on it
+        if (lo, hi) != onnx_support.integer_range(dtype):  # a grid narrower than its type: stay on it
             bounds = [g.op("Constant", value_t=torch.tensor(v, dtype=types[dtype])) for v in (lo, hi)]
             q = g.op("Clip", q, *bounds)
         return g.op("DequantizeLinear", q, s, zp)
@@ -107,7 +128,7 @@ def register_symbolics(opset: int) -> None:
     def dequantize(g: Any, q: Any, scale: Any, zero_point: Any, axis: int) -> Any:
         return g.op("DequantizeLinear", q, scale, zero_point, axis_i=axis)
 
-    register_custom_op_symbolic(f"{export.NAMESPACE}::quantize_dequantize", quantize_dequantize, opset)
+    register_custom_op_symbolic(f"{onnx_support.NAMESPACE}::quantize_dequantize", quantize_dequantize, opset)
     # the exporter writes ``clamp`` but not its alias ``clip`` (onnx2torch's Clip calls torch.clip)
     register_custom_op_symbolic("aten::clip", symbolic_opset11.clamp, opset)
-    register_custom_op_symbolic(f"{export.NAMESPACE}::dequantize", dequantize, opset)
+    register_custom_op_symbolic(f"{onnx_support.NAMESPACE}::dequantize", dequantize, opset)

@@ -13,7 +13,7 @@ from torch import nn
 import model_compression_toolkit as mct
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError
 from model_compression_toolkit.pytorch.backend import PytorchBackend
-from model_compression_toolkit.pytorch.reader import CAPTURE_META
+from model_compression_toolkit.pytorch.ops import CAPTURE_META
 from tests.zoo import torchvision_ops
 
 torchvision_ops.install()
