@@ -3,6 +3,7 @@
     <log folder>/Sequential_20250101-120000/                 a call with every default
     <log folder>/Sequential_float-5-out_20250101-120100/     CoreConfig(keep_float=KeepFloat(names=["5"], weights=False))
     <log folder>/Sequential_w4_20250101-120200/              QuantizationConfig(weights_n_bits=4)
+    <log folder>/Sequential_a16-5_w12-6_20250101-120230/     a BitWidthConfig: output of 5 at 16 bits, weights of 6 at 12
     <log folder>/Sequential_with-fix_20250101-120300/        run_name="with fix"
 
 So calls into one log folder differ by more than a time stamp in every run menu.
@@ -39,10 +40,28 @@ def _rule(rule: KeepFloat) -> str:
     return part + ("-out" if not rule.weights else "-w" if not rule.activations else "")
 
 
+def _bits(config: CoreConfig) -> list[str]:
+    """``a16-<layer>`` / ``w12-<layer>`` for each manual bit-width of a `BitWidthConfig`
+    (a suggested fix's too, once resolved into the config)."""
+    bits = config.bit_width_config
+    if bits is None:
+        return []
+    selections = [("a", s) for s in bits.manual_activation_bit_width_selection_list]
+    selections += [("w", s) for s in bits.manual_weights_bit_width_selection_list]
+    return [f"{kind}{s.bit_width}-{_filter(s.filter)}" for kind, s in selections]
+
+
+def _filter(f: object) -> str:
+    name = getattr(f, "node_name", None)
+    if name is not None:
+        return str(name)
+    return f.describe() if hasattr(f, "describe") else repr(f)
+
+
 def call_label(run_name: str | None, config: CoreConfig, budget: bool = False, tuned: bool = False) -> str:
     """``run_name`` made safe, or else what differs from the defaults: bits, methods, the
-    `KeepFloat` rules, a memory budget (``mp``), tuning (``tuned``); empty for a call with
-    every default."""
+    `KeepFloat` rules, the manual bit-widths, a memory budget (``mp``), tuning (``tuned``);
+    empty for a call with every default."""
     if run_name:
         return slug(run_name)
     parts = []
@@ -57,6 +76,7 @@ def call_label(run_name: str | None, config: CoreConfig, budget: bool = False, t
             else:
                 parts.append(f"{_SHORT.get(f.name, f.name + '-')}{_value(value)}")
     parts += [_rule(rule) for rule in config.keep_float_rules]
+    parts += _bits(config)
     parts += ["mp"] if budget else []
     parts += ["tuned"] if tuned else []
     return slug("_".join(parts))
