@@ -76,9 +76,13 @@ def test_the_causes_card_prices_the_fix_in_the_sizes_of_the_json_report(board, c
     run = logged.name("5_quantized_graph")
     fix = json.loads((logged.run / "similarity_report.json").read_text())["suggested_fix"]
     pages.open_dashboard(driver, board, pages.fragment("text", "^similarity/causes$", f"^{re.escape(run)}$"), [run])
-    text = browser.wait_for(lambda: pages.card_text(driver, "tf-text-loader", run, "similarity/causes"),
-                            pages.DASHBOARD_TIMEOUT_S, "the causes card")  # fmt: skip
     first_line = fix["code"].splitlines()[0]
+
+    def rendered() -> str | None:  # the card's title shows before its Markdown body
+        text = pages.card_text(driver, "tf-text-loader", run, "similarity/causes")
+        return text if text and first_line in text else None
+
+    text = browser.wait_for(rendered, pages.DASHBOARD_TIMEOUT_S, "the causes card's fix")
     assert text.count(first_line) == 1, text
     before, after = (format_bytes(fix[f"weights_bytes_{when}"]) for when in ("before", "after"))
     assert f"({before.removesuffix(' KiB')} -> {after})" in text, (before, after, text)
