@@ -202,6 +202,10 @@ class Graph:
         """Every node whose output reaches ``name``."""
         return set(nx.ancestors(self._g, name))
 
+    def descendants(self, name: str) -> set[str]:
+        """Every node ``name``'s output reaches."""
+        return set(nx.descendants(self._g, name))
+
     def is_output(self, name: str) -> bool:
         return any(n == name for n, _ in self.outputs)
 

@@ -178,7 +178,8 @@ def channel_images(graph: Graph, stats: dict[str, NodeStatistics]) -> list[tuple
     through; the Scalars' per-channel series keep every layer)."""
     plots, out = ChannelPlots(), []
     rows = ordered(graph, stats)
-    rows = [row for k, row in enumerate(rows) if row[1].size or k < MAX_IMAGES]
+    others = [row for row in rows if not row[1].size][:MAX_IMAGES]
+    rows = [row for row in rows if row[1].size] + others
     for k, (name, outliers) in enumerate(rows, start=1):
         node = graph.node(name)
         out.append((f"{TAG}/{k:03d}_{name}", plots.png(node, stats[name], outliers), title(node, outliers)))

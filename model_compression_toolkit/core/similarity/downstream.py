@@ -18,8 +18,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import networkx as nx
-
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 
 CUT_SUFFIX = "__cut"
@@ -84,7 +82,7 @@ def cut_after(graph: Graph, name: str) -> Cut | None:
     Shape -> Gather -> Concat chain) is computed again inside the cut from the tensors it
     reads, which cross in as float values like any other; a model input read inside the
     cut is read from the data."""
-    keep = {name} | nx.descendants(graph._g, name)
+    keep = {name} | graph.descendants(name)
     compute, edges, stack = set(keep), {}, list(keep)
     while stack:
         member = stack.pop()
