@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import model_compression_toolkit as mct  # noqa: E402
 from model_compression_toolkit.core.similarity.causes import CAUSE_DB, ImpactProbe, isolate  # noqa: E402
+from model_compression_toolkit.pipeline.backends import get_backend  # noqa: E402
 from model_compression_toolkit.pipeline.session import produced_graph  # noqa: E402
-from model_compression_toolkit.ptq.backends import get_backend  # noqa: E402
 
 
 def spearman(a: list[float], b: list[float]) -> float:

@@ -116,8 +116,8 @@ def main() -> None:
         chunks the analysis runs when the float outputs fit the memory cap; otherwise it
         also runs the float model again). Returns a function that runs them."""
         from model_compression_toolkit.core.similarity.plan import Comparison
+        from model_compression_toolkit.pipeline.backends import get_backend
         from model_compression_toolkit.pipeline.session import produced_graph
-        from model_compression_toolkit.ptq.backends import get_backend
 
         report, q_model = reports[-1]
         backend = get_backend(model)

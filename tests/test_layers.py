@@ -26,12 +26,13 @@ ALLOWED = {
     "observers": {"observers", "core", "errors", f"{PACKAGE}.pipeline.events"},
     "pytorch": {"pytorch", "core", "errors"},
     "keras": {"keras", "core", "errors"},
+    # the facades (ptq, xquant, exporter) wire the pipeline, the observers and the backends;
+    # none imports another: what two of them share (choosing the backend, resolving the
+    # configuration) lives below them, in pipeline and core
     "ptq": {"ptq", "pipeline", "observers", "core", "errors"},
-    # MCT's xquant report: a facade like ptq, wiring the session, the observers and the backends
-    "xquant": {"xquant", "ptq", "pipeline", "observers", "core", "errors"},
-    # mct.exporter: a facade like ptq; its format table names the backends' exporters (as
-    # ptq.backends names the backends), and keras_load_quantized_model is Keras's by name
-    "exporter": {"exporter", "ptq", "pipeline", "observers", "core", "errors", "keras"},
+    "xquant": {"xquant", "pipeline", "observers", "core", "errors"},
+    # keras_load_quantized_model is Keras's by name (it loads a Keras file)
+    "exporter": {"exporter", "pipeline", "observers", "core", "errors", "keras"},
     # MCT modules this library does not provide: placeholders whose calls raise NotProvidedError
     "not_provided": {"errors"},
     "gptq": {"not_provided", "errors"},

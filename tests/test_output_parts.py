@@ -210,8 +210,8 @@ def test_a_quantizer_run_from_its_layer_on_gives_the_impact_of_the_whole_model(f
     that cross into that part), equals the whole variant's, for every quantizer (outputs
     and weights) of a model with a concatenation and of a CNN."""
     from model_compression_toolkit.core.similarity.causes import ImpactProbe, QuantizerEntry, isolate
+    from model_compression_toolkit.pipeline.backends import get_backend
     from model_compression_toolkit.pipeline.session import produced_graph
-    from model_compression_toolkit.ptq.backends import get_backend
 
     model, x = head if model_name == "head" else (trained_digits[0], trained_digits[1][:32])
     q_model, _ = fw.ptq(model, lambda: iter([[x[:16]], [x[16:32]]]))

@@ -24,11 +24,11 @@ from model_compression_toolkit.core.config import (
     ResourceUtilization,
     TuningConfig,
 )
+from model_compression_toolkit.core.resolution import resolve_config
 from model_compression_toolkit.pipeline.events import STAGES, NullObserver
 from model_compression_toolkit.pipeline.session import Session
 from model_compression_toolkit.pipeline.stages import quantize_in_stages
 from model_compression_toolkit.pipeline.tuning import Tuner, check_score
-from model_compression_toolkit.ptq.calls import resolve_config
 from tests.numpy_backend import NumpyBackend, NumpyModel, add, dense, relu
 
 ROOT = Path(__file__).resolve().parent.parent

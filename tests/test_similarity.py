@@ -14,8 +14,8 @@ from model_compression_toolkit.core.similarity.reference import FloatReference
 from model_compression_toolkit.observers.cosine_plots import SUMMARY_TAG, sample_tag
 from model_compression_toolkit.observers.similarity_view import scalar_tag
 from model_compression_toolkit.observers.stage_view import stage_run
+from model_compression_toolkit.pipeline.backends import get_backend
 from model_compression_toolkit.pipeline.session import produced_graph
-from model_compression_toolkit.ptq.backends import get_backend
 from tests.fixtures.damage import outlier_weight
 from tests.tb import layer_name, load, run_folders
 from tutorials.digits import representative_dataset

@@ -3,7 +3,7 @@
 A backend does only what is framework-specific: read a model into a `Graph`, build a
 model back from one, run a model forward, and convert tensors. Everything else is in the
 core. The backends (``model_compression_toolkit.pytorch``, ``.keras``) import the core;
-the core never imports them (`ptq.backends` chooses one by the model's type).
+the core never imports them (`pipeline.backends` chooses one by the model's type).
 """
 
 from __future__ import annotations

@@ -174,3 +174,15 @@ def keep_float_notes(plain: Graph, kept: Graph, config: CoreConfig) -> tuple[lis
 def _describe_rule(rule: object) -> str:
     given = {f: getattr(rule, f) for f in ("names", "patterns", "types") if getattr(rule, f, ())}
     return "KeepFloat(" + ", ".join(f"{k}={list(v)!r}" for k, v in given.items()) + ")"
+
+
+def resolve_config(
+    core_config: CoreConfig | None, logging_on: bool, target_platform_capabilities: object = None
+) -> CoreConfig:
+    """The configuration a call runs with: validated, defaults filled in, the target
+    platform's choices merged in (`resolve_core_config`), the similarity analysis on or off
+    (its default: on when a log folder is set). The user's object is not changed."""
+    core_config = resolve_core_config(core_config, target_platform_capabilities)
+    debug = core_config.debug_config
+    analyze = logging_on if debug.analyze_similarity is None else debug.analyze_similarity
+    return dataclasses.replace(core_config, debug_config=dataclasses.replace(debug, analyze_similarity=analyze))

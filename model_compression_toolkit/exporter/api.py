@@ -44,8 +44,8 @@ from model_compression_toolkit.exporter.formats import (
     QuantizationFormat,
     deployment_class,
 )
+from model_compression_toolkit.pipeline.backends import get_backend
 from model_compression_toolkit.pipeline.session import produced_graph
-from model_compression_toolkit.ptq.backends import get_backend
 
 LOG = logging.getLogger("model_compression_toolkit")
 PARITY_SAMPLES = 32  # representative samples the exported model is compared on

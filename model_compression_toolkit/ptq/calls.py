@@ -17,30 +17,18 @@ from typing import Any
 from model_compression_toolkit.core.config import CoreConfig, DebugConfig, ResourceUtilization, TuningConfig
 from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.numbers import format_bytes
-from model_compression_toolkit.core.resolution import keep_float_notes, resolve_core_config
+from model_compression_toolkit.core.resolution import keep_float_notes, resolve_config
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult
 from model_compression_toolkit.errors import ConfigurationError, ModelReadError
 from model_compression_toolkit.observers.call import CallLog, observe_call
 from model_compression_toolkit.observers.call_name import call_label
 from model_compression_toolkit.observers.log_folder import get_log_folder
+from model_compression_toolkit.pipeline.backends import get_backend
 from model_compression_toolkit.pipeline.session import Session, produced_graph
 from model_compression_toolkit.pipeline.stages import compare_in_stage, quantize_in_stages
 from model_compression_toolkit.pipeline.tuning import Tuner, check_score
-from model_compression_toolkit.ptq.backends import get_backend
 
 LOG = logging.getLogger("model_compression_toolkit")
-
-
-def resolve_config(
-    core_config: CoreConfig | None, logging_on: bool, target_platform_capabilities: object = None
-) -> CoreConfig:
-    """The configuration a call runs with: validated, defaults filled in, the target
-    platform's choices merged in (`core.resolution`), the similarity analysis on or off
-    (its default: on when a log folder is set). The user's object is not changed."""
-    core_config = resolve_core_config(core_config, target_platform_capabilities)
-    debug = core_config.debug_config
-    analyze = logging_on if debug.analyze_similarity is None else debug.analyze_similarity
-    return dataclasses.replace(core_config, debug_config=dataclasses.replace(debug, analyze_similarity=analyze))
 
 
 def check_target(target: ResourceUtilization | None) -> ResourceUtilization | None:

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from model_compression_toolkit.core.config import CoreConfig, ResourceUtilization
+from model_compression_toolkit.core.resolution import resolve_config
 from model_compression_toolkit.core.resources import resource_utilization
 from model_compression_toolkit.core.tpc import TargetPlatformCapabilities
+from model_compression_toolkit.pipeline.backends import get_backend
 from model_compression_toolkit.pipeline.session import Session
-from model_compression_toolkit.ptq.backends import get_backend
-from model_compression_toolkit.ptq.calls import resolve_config
 
 
 def resource_utilization_data(

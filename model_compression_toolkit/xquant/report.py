@@ -17,15 +17,15 @@ from typing import Any
 import numpy as np
 
 from model_compression_toolkit.core.config import CoreConfig, DebugConfig
+from model_compression_toolkit.core.resolution import resolve_config
 from model_compression_toolkit.core.similarity.custom import OUTPUT, custom_metrics
 from model_compression_toolkit.core.similarity.report import SimilarityReport
 from model_compression_toolkit.errors import ConfigurationError, ModelReadError
 from model_compression_toolkit.observers.call import observe_call
 from model_compression_toolkit.observers.xquant_files import write_xquant_report
+from model_compression_toolkit.pipeline.backends import get_backend
 from model_compression_toolkit.pipeline.session import Session, produced_graph
 from model_compression_toolkit.pipeline.stages import compare_in_stage
-from model_compression_toolkit.ptq.backends import get_backend
-from model_compression_toolkit.ptq.calls import resolve_config
 from model_compression_toolkit.xquant.config import XQuantConfig
 from model_compression_toolkit.xquant.troubleshoot import degraded_layers, judge
 
