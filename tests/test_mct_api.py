@@ -160,7 +160,6 @@ def test_a_platform_resolves_into_the_configuration_and_user_fields_win():
         ("weights_second_moment_correction", True, "weights_bias_correction"),
         ("input_scaling", True, "KeepFloat"),
         ("softmax_shift", True, "KeepFloat"),
-        ("activation_channel_equalization", True, "KeepFloat"),
         ("activation_bias_correction", True, "weights_bias_correction"),
         ("shift_negative_params_search", True, "searched again"),
         ("min_threshold", 1e-3, "fixed at 2**-16"),

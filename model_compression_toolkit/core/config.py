@@ -95,8 +95,6 @@ _NOT_PROVIDED: dict[str, tuple[object, str]] = {
         "(on by default) corrects the mean shift quantized weights cause")),
     "input_scaling": (False, f"the input is quantized on its own grid; {_KEEP_FLOAT_HINT}"),
     "softmax_shift": (False, f"softmax inputs are quantized like any activation; {_KEEP_FLOAT_HINT}"),
-    "activation_channel_equalization": (False, (
-        f"per-channel activation scales are not folded into the weights; {_KEEP_FLOAT_HINT}")),
     "linear_collapsing": (False, "consecutive linear layers are quantized one by one; leave linear_collapsing=False"),
     "residual_collapsing": (False, "residual additions are quantized as they are; leave residual_collapsing=False"),
     "shift_negative_params_search": (False, (
@@ -166,10 +164,18 @@ class QuantizationConfig:
             always searched again on the shifted values; True asks for exactly that.
         concat_threshold_update: every quantized input of a concatenation takes the
             concatenation's grid, so that it concatenates values already on one grid.
+        activation_channel_equalization: cross-layer scale equalization (Nagel et al.
+            2019, `core.equalization`) before statistics are collected: where a conv or
+            dense layer (or its batch norm) feeds another through ReLU, leaky ReLU, pooling
+            or nothing, each channel's scale moves from the first layer's weights into the
+            second's, ``s_c = sqrt(r1_c / r2_c)`` of their per-channel weight ranges. The
+            float function is unchanged; an outlier channel that ruined a per-tensor
+            activation grid comes back to the others' range, in integers only. The user's
+            model is not changed (the library's copy of its weights is).
 
     The other fields of MCT's ``QuantizationConfig`` (``relu_bound_to_power_of_2``,
     ``linear_collapsing``, ``residual_collapsing``, ``input_scaling``, ``softmax_shift``,
-    ``activation_channel_equalization``, ``weights_second_moment_correction``,
+    ``weights_second_moment_correction``,
     ``activation_bias_correction``, ``shift_negative_params_search``,
     ``custom_tpc_opset_to_layer``, ``min_threshold``) are accepted at their default; any
     other value is an error that says what to use here instead.
@@ -216,7 +222,7 @@ class QuantizationConfig:
             )
         check_not_provided(self, _NOT_PROVIDED)
         for name in ("shift_negative_activation_correction", "shift_negative_threshold_recalculation",
-                     "concat_threshold_update"):  # fmt: skip
+                     "concat_threshold_update", "activation_channel_equalization"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(f"{name} must be True or False; got {getattr(self, name)!r}")
         z = self.z_threshold
@@ -572,6 +578,11 @@ class CoreConfig:
             fix a similarity report suggests: ``info.similarity.suggested_fix()``).
         target_platform_capabilities: the platform the model is quantized for; the PTQ
             functions set it from their ``target_platform_capabilities`` argument.
+        integer_only: the target runs integers only (an int8 TFLite delegate, an NPU): the
+            similarity report's suggested fix never keeps a layer float and asks for no
+            more than 8 bits, and says so when nothing integer restores the output. A
+            ``target_platform_capabilities`` makes the target integer-only too, with the
+            bit-widths that platform lists.
 
     Precedence, from weakest to strongest: the platform's defaults and per-operator rules,
     values of ``quantization_config`` set away from their defaults, the
@@ -586,6 +597,7 @@ class CoreConfig:
     debug_config: DebugConfig = field(default_factory=DebugConfig)
     keep_float: KeepFloat | Sequence[KeepFloat] = ()
     target_platform_capabilities: object = None
+    integer_only: bool = False
 
     @property
     def keep_float_rules(self) -> list[KeepFloat]:
@@ -602,6 +614,8 @@ class CoreConfig:
             raise ConfigurationError(
                 f"debug_config must be a mct.core.DebugConfig; got {type(self.debug_config).__name__}"
             )
+        if not isinstance(self.integer_only, bool):
+            raise ConfigurationError(f"integer_only must be True or False; got {self.integer_only!r}")
         self.quantization_config.validate()
         self.debug_config.validate()
         if not (isinstance(self.keep_float, KeepFloat) or _is_rule_list(self.keep_float)):

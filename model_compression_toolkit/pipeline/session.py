@@ -32,6 +32,7 @@ from model_compression_toolkit.core.calibration.thresholds import fill_activatio
 from model_compression_toolkit.core.checks import check_activations, check_weights
 from model_compression_toolkit.core.config import CoreConfig, KeepFloat, ResourceUtilization
 from model_compression_toolkit.core.data import RepresentativeData
+from model_compression_toolkit.core.equalization import equalize
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.mixed_precision.search import check_budget
@@ -41,7 +42,7 @@ from model_compression_toolkit.core.resolution import quantization_edits
 from model_compression_toolkit.core.resources import weights_target
 from model_compression_toolkit.core.selection import check_rules
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult, analyze
-from model_compression_toolkit.core.similarity.fix import SuggestedFix
+from model_compression_toolkit.core.similarity.fix import FixMenu, SuggestedFix
 from model_compression_toolkit.core.similarity.plan import Comparison
 from model_compression_toolkit.core.similarity.reference import FloatModel, FloatReference, has_batch_axis
 from model_compression_toolkit.errors import InputMismatchError, warn_user
@@ -129,6 +130,9 @@ class Session:
             self.model_name = backend.model_name(model)
             self.initial, read_warnings = backend.read(model, self.data.first)
             check_weights(self.initial)
+            self.equalized = False
+            if config.quantization_config.activation_channel_equalization:
+                self.equalize()
             check_rules(self.initial, config.keep_float_rules)
             self.edits = quantization_edits(config)
             self.warnings: list[str] = []
@@ -177,11 +181,25 @@ class Session:
         self.observer.progress(Progress(step, done, total, unit))
 
     # -------------------------------------------------------------- the pieces
+    def equalize(self) -> None:
+        """From now on quantize the model with its channels equalized (`core.equalization`):
+        the float graph every later step reads is replaced by the equalized one, whose
+        function is the same, and the statistics are collected again on it. The user's
+        model is not touched: the graph holds copies of its weights."""
+        if self.equalized:
+            return
+        self.initial, scales = equalize(self.initial)
+        self.equalized = True
+        self._stats, self._reference, self._prepared = None, None, None
+        LOG.info("channels equalized between %d pairs of layers: %s", len(scales), ", ".join(scales))
+
     def prepare(self, keep_float: Sequence[KeepFloat] | None = None, bits: SuggestedFix | None = None) -> Graph:
         """The prepared graph (BN folded, no-ops removed) with quantization assigned; with
         ``bits``, the bit-widths of a fix (per layer, after every other edit, or of every
-        activation or weight)."""
+        activation or weight), and its equalization (`equalize`, from then on)."""
         rules = self.config.keep_float_rules if keep_float is None else list(keep_float)
+        if bits is not None and bits.equalize:
+            self.equalize()
         check_rules(self.initial, rules)
         if self._prepared is None:
             self._prepared = prepare_graph(self.initial.copy(), self.config.quantization_config)
@@ -318,7 +336,7 @@ class Session:
         return analyze(
             self.float_model, graph, debug.similarity_samples, debug.similarity_memory_cap,
             self.statistics(graph), weights, q_model, debug.impact_samples, debug.max_impact_quantizers,
-            self.config.quantization_config.l_p_value, self.progress,
+            self.config.quantization_config.l_p_value, self.progress, FixMenu.of(self.config),
         )  # fmt: skip
 
     def quantize(

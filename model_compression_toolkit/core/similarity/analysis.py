@@ -25,7 +25,7 @@ from model_compression_toolkit.core.similarity.causes import (
     weight_entries,
 )
 from model_compression_toolkit.core.similarity.channels import ChannelSums
-from model_compression_toolkit.core.similarity.fix import suggest_fix
+from model_compression_toolkit.core.similarity.fix import FixMenu, suggest_fix
 from model_compression_toolkit.core.similarity.metrics import MetricSums, SampleMetrics, blocks, sample_rows
 from model_compression_toolkit.core.similarity.plan import LOCAL_SUFFIX, ComparePoint, Comparison, local_group
 from model_compression_toolkit.core.similarity.reference import FloatModel, float_chunks
@@ -241,6 +241,7 @@ def analyze(
     max_impact_quantizers: int = 12,
     l_p_value: float = 2.0,
     progress: ProgressCallback | None = None,
+    menu: FixMenu | None = None,
 ) -> SimilarityResult:
     """Compare the float model (its graph before preparation) with the quantized one, and
     find the quantizers that damage the output on their own (`core.similarity.causes`).
@@ -262,6 +263,7 @@ def analyze(
         l_p_value: the p of the ``LP`` error method, for the grids the suggested fix tries.
         progress: called as ``progress(step, done, total, unit)`` as the comparison goes
             (``similarity``: samples) and as impacts are measured (``output impact``).
+        menu: what the suggested fix may use (the target's bits, integer only); None: any.
     """
     progress = progress or _no_progress
     backend, reference = float_model.backend, float_model.reference
@@ -314,7 +316,7 @@ def analyze(
     probe = ImpactProbe(backend, q_graph, kept, memory_cap) if entries and kept else None
     if probe is not None:
         measure_impacts(probe, entries, max_impact_quantizers, progress)
-    fix = suggest_fix(entries, q_graph, probe, l_p_value, stats)
+    fix = suggest_fix(entries, q_graph, probe, l_p_value, stats, menu)
     _set_roles(layers, entries, q_graph)
     histograms = {
         acc.point.name: PairHistogram(acc.bins.edges(), acc.hist_float, acc.hist_quant)

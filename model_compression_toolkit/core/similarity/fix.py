@@ -28,6 +28,13 @@ output to `CANDIDATE_DB` (or the best, when none does).
 ``CoreConfig(keep_float=fix)`` applies all of it: the `KeepFloat` rules, and the bits, which
 the call's configuration resolution (`core.resolution`) adds to its `BitWidthConfig`;
 ``fix.apply(core_config)`` gives the same as a `CoreConfig` of one's own with the fix added.
+
+What the fix may use is the target's (`fix_menu.FixMenu`): on an integer-only target
+(``CoreConfig(integer_only=True)``, a ``target_platform_capabilities``) nothing stays float
+and no bit-width the target lacks is asked for. A cause that shows an outlier channel is
+first tried with the channels equalized (`core.equalization`: exact in float, no bytes,
+integer); the report lists every alternative measured, and on an integer-only target
+suggests the cheapest that restores the output, or says plainly that nothing integer does.
 """
 
 from __future__ import annotations
@@ -58,10 +65,18 @@ from model_compression_toolkit.core.similarity.causes import (
     isolate,
     without,
 )
+from model_compression_toolkit.core.similarity.fix_menu import (
+    MORE_ACTIVATION_BITS,
+    MORE_BITS,
+    FixAlternative,
+    FixMenu,
+    equalized_variant,
+    has_outlier_channels,
+    pair_text,
+)
 
+__all__ = ["MORE_ACTIVATION_BITS", "MORE_BITS", "FixMenu", "SuggestedFix", "suggest_fix"]
 MAX_EXTRA = 3  # entries added to a fix that does not yet lift the output above CAUSE_DB
-MORE_BITS = (4, 6, 8, 12, 16)  # the weight bit-widths a fix may give a layer, fewest first
-MORE_ACTIVATION_BITS = 16  # the bits a fix may give an activation before keeping it float
 SPREAD_BITS = (8, 16)  # every activation (or weight) at one of these: the fix of a spread loss
 
 
@@ -86,6 +101,13 @@ class SuggestedFix(Sequence):
         output_sqnr_db_before / output_sqnr_db_after: the model output's SQNR (dB) on the
             analysis's impact samples, quantized as it was and with the fix; None when
             not measured.
+        equalize: the fix equalizes channels
+            (``QuantizationConfig(activation_channel_equalization=True)``).
+        equalized_pairs: the layers it equalizes, ``"conv2 -> act2 -> pool -> conv3"``.
+        alternatives: every fix tried for the causes, what each gives and costs.
+        integer_only: the fix was chosen for an integer-only target (nothing float).
+        target: that target, in words.
+        note: what to know beyond the fix (nothing integer restores the output).
     """
 
     activations: list[str] = field(default_factory=list)
@@ -101,6 +123,12 @@ class SuggestedFix(Sequence):
     activation_bytes_after: float = 0.0
     output_sqnr_db_before: float | None = None
     output_sqnr_db_after: float | None = None
+    equalize: bool = False
+    equalized_pairs: list[str] = field(default_factory=list)
+    alternatives: list[FixAlternative] = field(default_factory=list)
+    integer_only: bool = False
+    target: str | None = None
+    note: str | None = None
 
     @property
     def rules(self) -> list[KeepFloat]:
@@ -121,7 +149,7 @@ class SuggestedFix(Sequence):
     def __bool__(self) -> bool:
         return bool(
             self.activations or self.weights or self.weight_bits or self.activation_bits
-            or self.activation_n_bits or self.weights_n_bits
+            or self.activation_n_bits or self.weights_n_bits or self.equalize
         )  # fmt: skip
 
     def bit_width_config(self, base: BitWidthConfig | None = None) -> BitWidthConfig:
@@ -136,8 +164,8 @@ class SuggestedFix(Sequence):
 
     def apply(self, core_config: CoreConfig | None = None) -> CoreConfig:
         """A copy of ``core_config`` (or of the defaults) with the fix added: its `KeepFloat`
-        rules after the config's own, its bit-widths after the config's own, and the bits
-        of every activation or weight where the loss is spread."""
+        rules after the config's own, its bit-widths after the config's own, the bits
+        of every activation or weight where the loss is spread, and its equalization."""
         config = core_config if core_config is not None else CoreConfig()
         own = [] if config.keep_float is self else config.keep_float_rules
         changed = self.weight_bits or self.activation_bits
@@ -147,6 +175,8 @@ class SuggestedFix(Sequence):
             qc = dataclasses.replace(qc, activation_n_bits=self.activation_n_bits)
         if self.weights_n_bits is not None:
             qc = dataclasses.replace(qc, weights_n_bits=self.weights_n_bits)
+        if self.equalize:
+            qc = dataclasses.replace(qc, activation_channel_equalization=True)
         return dataclasses.replace(config, keep_float=[*own, *self.rules], bit_width_config=bits, quantization_config=qc)
 
     def code(self) -> str:
@@ -171,9 +201,13 @@ class SuggestedFix(Sequence):
         if rules:
             args.append("keep_float=[" + ", ".join(rules) + "]")
         bits = {"activation_n_bits": self.activation_n_bits, "weights_n_bits": self.weights_n_bits}
-        given = ", ".join(f"{k}={v}" for k, v in bits.items() if v is not None)
+        given = [f"{k}={v}" for k, v in bits.items() if v is not None]
+        if self.equalize:
+            given.append("activation_channel_equalization=True")
         if given:
-            args.append(f"quantization_config=mct.core.QuantizationConfig({given})")
+            args.append(f"quantization_config=mct.core.QuantizationConfig({', '.join(given)})")
+        if self.integer_only:
+            args.append("integer_only=True")
         lines.append("core_config = mct.core.CoreConfig(" + ", ".join(args) + ")")
         return "\n".join(lines)
 
@@ -192,7 +226,9 @@ class SuggestedFix(Sequence):
         ]
         if self.output_sqnr_db_before is not None and self.output_sqnr_db_after is not None:
             lines.append(f"output SQNR {self.output_sqnr_db_before:.1f} dB -> {self.output_sqnr_db_after:.1f} dB with it")
-        if self.restores is False:
+        if self.equalize:
+            lines.append("equalizes the channels of " + "; ".join(self.equalized_pairs) + " (exact in float, integer)")
+        if self.restores is False and self.note is None:
             lines.append(
                 f"it does NOT restore the output (under {CAUSE_DB:g} dB with it): the causes found are not the "
                 "whole loss; check the task metric, and keep more of the ranked quantizers float or at 16 bits"
@@ -202,11 +238,19 @@ class SuggestedFix(Sequence):
     def summary(self) -> str:
         """The fix, what it costs in memory, and what it gives, in a few lines."""
         if not self:
-            return "suggested fix: none (no quantizer damages the output on its own)"
+            none = "suggested fix: none (no quantizer damages the output on its own)"
+            tried = ["  tried: " + a.line() for a in self.alternatives]
+            return "\n".join([none if self.note is None else "suggested fix: none", *tried, *filter(None, [self.note])])
         lines = [f"the loss is spread: {self.spread}"] if self.spread else []
         lines.append("suggested fix (CoreConfig(keep_float=fix) applies it, or paste):")
         lines += ["  " + line for line in self.code().splitlines() if line]
-        return "\n".join(lines + ["  " + line for line in self.effects()])
+        lines += ["  " + line for line in self.effects()]
+        if self.alternatives:
+            lines.append("  tried" + (f" (target: {self.target})" if self.target else "") + ":")
+            lines += ["    " + a.line() for a in self.alternatives]
+        if self.note:
+            lines.append("  " + self.note)
+        return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -224,6 +268,12 @@ class SuggestedFix(Sequence):
             "activation_bytes_after": self.activation_bytes_after,
             "output_sqnr_db_before": self.output_sqnr_db_before,
             "output_sqnr_db_after": self.output_sqnr_db_after,
+            "equalize": self.equalize,
+            "equalized_pairs": list(self.equalized_pairs),
+            "alternatives": [a.to_dict() for a in self.alternatives],
+            "integer_only": self.integer_only,
+            "target": self.target,
+            "note": self.note,
         }
 
 
@@ -233,6 +283,85 @@ def suggest_fix(
     probe: ImpactProbe | None,
     l_p_value: float = 2.0,
     stats: Mapping[str, NodeStatistics] | None = None,
+    menu: FixMenu | None = None,
+) -> SuggestedFix:
+    """The fix the target allows (``menu``; None: any) for the causes among ``entries``:
+    the per-layer fix (`layer_fix`) and, where a cause shows an outlier channel, the
+    channels equalized, each measured with ``probe``; the cheapest that restores the output
+    (`CAUSE_DB`), the alternatives listed with it.
+
+    ``float -> equalize channels -> 16-bit activations -> more weight bits -> keep float``,
+    the last two only as the target allows; on an integer-only target, when nothing
+    integer restores, the best integer fix is returned with a note that says so.
+    """
+    menu = menu or FixMenu()
+    stats = stats or {}
+    fix = layer_fix(entries, graph, probe, l_p_value, stats, menu)
+    fix.integer_only, fix.target = menu.integer_only, menu.target
+    if probe is None or not any(e.cause for e in entries):
+        return fix
+    before = fix.output_sqnr_db_before if fix.output_sqnr_db_before is not None else probe.output_sqnr_db(graph)
+    tried = [fix] if fix else []
+    if has_outlier_channels(entries):
+        variant = equalized_variant(graph, probe, l_p_value)
+        if variant is not None:
+            eq_graph, pairs = variant
+            eq = SuggestedFix(equalize=True, equalized_pairs=[pair_text(p) for p in pairs])
+            _cost(graph, eq, l_p_value, stats, into=eq)
+            eq.output_sqnr_db_before, eq.output_sqnr_db_after = before, probe.output_sqnr_db(eq_graph)
+            tried.insert(0, eq)
+    if not tried:
+        return fix
+    best = _choose(tried, menu)
+    best.integer_only, best.target = menu.integer_only, menu.target
+    best.alternatives = [_alternative(f, f is best) for f in tried]
+    if menu.integer_only and not best.restores:
+        measured = best.output_sqnr_db_after
+        best.note = (
+            f"nothing integer restores the output on this target ({menu.target}): the best integer fix measured "
+            f"leaves {measured:.1f} dB (under {CAUSE_DB:g} dB); no layer is kept float, since the target runs "
+            "integers only. Check the task metric, or quantize for a target that allows more bits."
+        )
+    return best
+
+
+def _choose(tried: Sequence[SuggestedFix], menu: FixMenu) -> SuggestedFix:
+    """The cheapest fix that restores the output (no float layer first, then fewest bytes);
+    without ``menu.prefer_equalization`` the per-layer fix stays when it restores; when
+    none does, the one that gives the most."""
+    restoring = [f for f in tried if f.restores]
+    if restoring and not menu.prefer_equalization:
+        layer = [f for f in restoring if not f.equalize]
+        restoring = layer or restoring
+    if restoring:
+        return min(restoring, key=lambda f: (len(f.activations) + len(f.weights), _bytes(f)))
+    return max(tried, key=lambda f: f.output_sqnr_db_after if f.output_sqnr_db_after is not None else -np.inf)
+
+
+def _alternative(fix: SuggestedFix, chosen: bool) -> FixAlternative:
+    if fix.equalize:
+        name, change = "equalize channels", "; ".join(fix.equalized_pairs)
+    else:
+        parts = [f"{n} output at {b} bits" for n, b in fix.activation_bits.items()]
+        parts += [f"{n} weights at {b} bits" for n, b in fix.weight_bits.items()]
+        parts += [f"{n} output float" for n in fix.activations] + [f"{n} weights float" for n in fix.weights]
+        parts += [f"every {k} at {v} bits" for k, v in (("activation", fix.activation_n_bits), ("weight", fix.weights_n_bits)) if v]
+        name = "keep float" if fix.activations or fix.weights else "more bits"
+        change = ", ".join(parts)
+    return FixAlternative(
+        name, change, fix.output_sqnr_db_after,
+        fix.weights_bytes_after - fix.weights_bytes_before, fix.activation_bytes_after - fix.activation_bytes_before,
+        len(fix.activations) + len(fix.weights), chosen=chosen,
+    )  # fmt: skip
+
+
+def layer_fix(
+    entries: Sequence[QuantizerEntry],
+    graph: Graph,
+    probe: ImpactProbe | None,
+    l_p_value: float = 2.0,
+    stats: Mapping[str, NodeStatistics] | None = None,
+    menu: FixMenu | None = None,
 ) -> SuggestedFix:
     """The causes among ``entries`` (ranked) fixed, measured with ``probe`` and grown by the
     next entries in rank order while the output stays under `CAUSE_DB` (activations given
@@ -248,22 +377,22 @@ def suggest_fix(
         stats: the collected statistics by node: activation grids of more bits are chosen
             from them (without, the threshold stays and only the step shrinks).
     """
-    stats = stats or {}
+    stats, menu = stats or {}, menu or FixMenu()
     chosen = [e for e in entries if e.cause]
-    bits = {e.name: _enough_bits(graph, e, probe, l_p_value) for e in chosen if e.kind != ACTIVATION}
-    act_bits = {e.name: _enough_activation_bits(graph, e, probe, stats) for e in chosen if e.kind == ACTIVATION}
-    fix = _fix(graph, chosen, bits, act_bits, l_p_value, stats)
+    bits = {e.name: _enough_bits(graph, e, probe, l_p_value, menu) for e in chosen if e.kind != ACTIVATION}
+    act_bits = {e.name: _enough_activation_bits(graph, e, probe, stats, menu) for e in chosen if e.kind == ACTIVATION}
+    fix = _fix(graph, chosen, bits, act_bits, l_p_value, stats, menu)
     if probe is None:
         return fix
     before = probe.output_sqnr_db(graph)
     if not chosen:  # nothing harmful alone: a loss spread over many quantizers, if any
-        spread = _spread_fix(entries, graph, probe, before, l_p_value, stats) if before < CAUSE_DB else None
+        spread = _spread_fix(entries, graph, probe, before, l_p_value, stats, menu) if before < CAUSE_DB else None
         return spread if spread is not None else fix
     fix.output_sqnr_db_before = before
     fix.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, fix, l_p_value, stats))
-    if fix.output_sqnr_db_after < CAUSE_DB and fix.activation_bits:  # 16 bits each alone, not together
+    if fix.output_sqnr_db_after < CAUSE_DB and fix.activation_bits and not menu.integer_only:  # 16 bits each alone
         act_bits = dict.fromkeys(act_bits)
-        floated = _fix(graph, chosen, bits, act_bits, l_p_value, stats)
+        floated = _fix(graph, chosen, bits, act_bits, l_p_value, stats, menu)
         floated.output_sqnr_db_before = before
         floated.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, floated, l_p_value, stats))
         if floated.output_sqnr_db_after > fix.output_sqnr_db_after:
@@ -273,10 +402,10 @@ def suggest_fix(
         if fix.output_sqnr_db_after >= CAUSE_DB:
             break
         if entry.kind != ACTIVATION:
-            bits[entry.name] = _enough_bits(graph, entry, probe, l_p_value)
+            bits[entry.name] = _enough_bits(graph, entry, probe, l_p_value, menu)
         else:
-            act_bits[entry.name] = _enough_activation_bits(graph, entry, probe, stats)
-        grown = _fix(graph, [*chosen, entry], bits, act_bits, l_p_value, stats)
+            act_bits[entry.name] = _enough_activation_bits(graph, entry, probe, stats, menu)
+        grown = _fix(graph, [*chosen, entry], bits, act_bits, l_p_value, stats, menu)
         grown.output_sqnr_db_before = fix.output_sqnr_db_before
         grown.output_sqnr_db_after = probe.output_sqnr_db(fixed_graph(graph, grown, l_p_value, stats))
         if grown.output_sqnr_db_after < fix.output_sqnr_db_after + 1.0:
@@ -285,7 +414,7 @@ def suggest_fix(
         fix = grown
     if fix.output_sqnr_db_after < CAUSE_DB:  # the causes are not the whole loss: is it spread?
         spread = _spread_fix(
-            entries, graph, probe, before, l_p_value, stats, causes=(len(chosen), fix.output_sqnr_db_after)
+            entries, graph, probe, before, l_p_value, stats, menu, causes=(len(chosen), fix.output_sqnr_db_after)
         )
         if spread is not None and spread.output_sqnr_db_after > fix.output_sqnr_db_after + 3.0:
             return spread
@@ -299,6 +428,7 @@ def _spread_fix(
     before: float,
     l_p_value: float,
     stats: Mapping[str, NodeStatistics],
+    menu: FixMenu,
     causes: tuple[int, float] | None = None,
 ) -> SuggestedFix | None:
     """Every activation, or every weight, at `SPREAD_BITS` (8 first where they have fewer):
@@ -310,8 +440,10 @@ def _spread_fix(
     act_now = max((n.quant.activation.n_bits for n in acts), default=SPREAD_BITS)
     w_now = max((c.n_bits for n in weighted for c in n.quant.weights.values()), default=SPREAD_BITS)
     tried = []
+    allowed_act = [b for b in SPREAD_BITS if b <= (menu.activation_bits or max(SPREAD_BITS[0], act_now))]
+    allowed = {True: allowed_act, False: [b for b in SPREAD_BITS if b in menu.weight_bits]}
     for is_act, now, nodes in ((True, act_now, acts), (False, w_now, weighted)):
-        for bits in (b for b in SPREAD_BITS if b > now):  # the fewest bits that restore, per kind
+        for bits in (b for b in allowed[is_act] if b > now):  # the fewest bits that restore, per kind
             layers = {n.name: bits for n in nodes}
             fix = SuggestedFix(activation_n_bits=bits) if is_act else SuggestedFix(weights_n_bits=bits)
             variant = SuggestedFix(activation_bits=layers) if is_act else SuggestedFix(weight_bits=layers)
@@ -391,12 +523,15 @@ def fixed_graph(
     return without(out, fix.activations, fix.weights)
 
 
-def _enough_bits(graph: Graph, entry: QuantizerEntry, probe: ImpactProbe | None, l_p_value: float) -> int | None:
-    """The fewest of `MORE_BITS` (above the layer's) with which its weights alone keep the
-    output SQNR at `CANDIDATE_DB` or more; None: none does (the weights stay float)."""
+def _enough_bits(
+    graph: Graph, entry: QuantizerEntry, probe: ImpactProbe | None, l_p_value: float, menu: FixMenu
+) -> int | None:
+    """The fewest of the menu's weight bits (above the layer's) with which its weights alone
+    keep the output SQNR at `CANDIDATE_DB` or more; None: none does (the weights stay
+    float, or as they are on an integer-only target)."""
     if probe is None:
         return None
-    for bits in (b for b in MORE_BITS if b > entry.bits):
+    for bits in menu.more_weight_bits(entry.bits):
         variant = isolate(with_weight_bits(graph, {entry.name: bits}, l_p_value), entry)
         if probe.output_sqnr_db(variant, at=entry.name) >= CANDIDATE_DB:
             return bits
@@ -404,11 +539,18 @@ def _enough_bits(graph: Graph, entry: QuantizerEntry, probe: ImpactProbe | None,
 
 
 def _enough_activation_bits(
-    graph: Graph, entry: QuantizerEntry, probe: ImpactProbe | None, stats: Mapping[str, NodeStatistics]
+    graph: Graph,
+    entry: QuantizerEntry,
+    probe: ImpactProbe | None,
+    stats: Mapping[str, NodeStatistics],
+    menu: FixMenu,
 ) -> int | None:
-    """`MORE_ACTIVATION_BITS` if with them the activation alone keeps the output SQNR at
-    `CANDIDATE_DB` or more (a grid of finer steps, kept integer); None: it stays float."""
+    """`MORE_ACTIVATION_BITS` if the target allows them there and with them the activation
+    alone keeps the output SQNR at `CANDIDATE_DB` or more (a grid of finer steps, kept
+    integer); None: it stays float (or as it is on an integer-only target)."""
     if probe is None or entry.bits >= MORE_ACTIVATION_BITS:
+        return None
+    if not menu.allows_activation_bits(graph, entry.name, MORE_ACTIVATION_BITS):
         return None
     variant = isolate(with_activation_bits(graph, {entry.name: MORE_ACTIVATION_BITS}, stats), entry)
     return MORE_ACTIVATION_BITS if probe.output_sqnr_db(variant, at=entry.name) >= CANDIDATE_DB else None
@@ -421,12 +563,14 @@ def _fix(
     act_bits: dict[str, int | None],
     l_p_value: float,
     stats: Mapping[str, NodeStatistics],
+    menu: FixMenu,
 ) -> SuggestedFix:
     weighted = [e for e in chosen if e.kind != ACTIVATION]
     activated = [e for e in chosen if e.kind == ACTIVATION]
+    floats = not menu.integer_only  # an integer-only target keeps nothing float
     fix = SuggestedFix(
-        activations=[e.name for e in activated if act_bits.get(e.name) is None],
-        weights=[e.name for e in weighted if bits.get(e.name) is None],
+        activations=[e.name for e in activated if act_bits.get(e.name) is None and floats],
+        weights=[e.name for e in weighted if bits.get(e.name) is None and floats],
         weight_bits={e.name: bits[e.name] for e in weighted if bits.get(e.name) is not None},
         activation_bits={e.name: act_bits[e.name] for e in activated if act_bits.get(e.name) is not None},
     )

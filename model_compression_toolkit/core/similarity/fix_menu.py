@@ -1,0 +1,184 @@
+"""What a suggested fix may change, as the target allows, and the equalization it tries.
+
+The menu, cheapest first, for a cause whose per-channel picture shows an outlier channel:
+
+    equalize channels (no bytes, integer) -> 16-bit activation -> more weight bits -> float
+
+A target that runs integers only (``CoreConfig(integer_only=True)``, or any
+``target_platform_capabilities``: IMX500, int8 TFLite) takes no float layer and only the
+bit-widths it lists: the menu says which (`FixMenu.of`), and the fix keeps to it.
+Equalization is measured the way every other candidate is (`ImpactProbe`): the quantized
+graph equalized (`core.equalization`), the grids of what it changed chosen again on the
+impact samples, the model output's SQNR against the float output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from model_compression_toolkit.core.calibration.shared_grids import share_grids
+from model_compression_toolkit.core.calibration.statistics import NodeStatistics, StatisticsCollector
+from model_compression_toolkit.core.calibration.thresholds import fill_activation_config, fill_weights_config
+from model_compression_toolkit.core.config import CoreConfig
+from model_compression_toolkit.core.equalization import EqualizationPair, equalize, find_pairs
+from model_compression_toolkit.core.graph import Graph
+from model_compression_toolkit.core.similarity.causes import ACTIVATION, ImpactProbe, QuantizerEntry, isolate
+
+MORE_BITS = (4, 6, 8, 12, 16)  # the weight bit-widths a fix may give a layer, fewest first
+MORE_ACTIVATION_BITS = 16  # the bits a fix may give an activation before keeping it float
+INTEGER_MAX_BITS = 8  # an integer-only target without a platform model: int8
+OUTLIER_SPREAD = 8.0  # a channel range this many times the median channel's is an outlier
+
+
+@dataclass(frozen=True)
+class FixMenu:
+    """What the target allows a fix to use.
+
+    Attributes:
+        integer_only: no layer may stay float.
+        weight_bits: the weight bit-widths a layer may get.
+        activation_bits: the bits an activation may get to keep it on an integer grid
+            (16), or None when the target has none above its default.
+        target: the target in words (``"imx500 1.0"``, ``"integer-only (int8)"``), or None.
+        prefer_equalization: suggest equalization whenever it restores the output (it
+            costs no bytes); False keeps the per-layer fix of bits or float as the
+            suggestion and lists equalization among the alternatives.
+    """
+
+    integer_only: bool = False
+    weight_bits: tuple[int, ...] = MORE_BITS
+    activation_bits: int | None = MORE_ACTIVATION_BITS
+    target: str | None = None
+    prefer_equalization: bool = False
+
+    @classmethod
+    def of(cls, config: CoreConfig) -> FixMenu:
+        """The menu of a resolved `CoreConfig`: its platform's bit-widths when it has one
+        (integer only), else int8 with ``integer_only``, else everything."""
+        tpc = config.target_platform_capabilities
+        if tpc is not None:
+            weights = tuple(sorted({*tpc.mixed_precision_weights_bits, tpc.weights_n_bits}))
+            options = [tpc.default_qco, *tpc.sets.values()]
+            wide = any(MORE_ACTIVATION_BITS in qc.supported_activation_n_bits for qc in options)
+            name = f"{tpc.tpc_platform_type} {tpc.tpc_version}"
+            return cls(True, weights, MORE_ACTIVATION_BITS if wide else None, name, True)
+        if config.integer_only:
+            qc = config.quantization_config
+            top = max(INTEGER_MAX_BITS, qc.weights_n_bits)
+            act = MORE_ACTIVATION_BITS if qc.activation_n_bits >= MORE_ACTIVATION_BITS else None
+            return cls(
+                True,
+                tuple(b for b in MORE_BITS if b <= top),
+                act,
+                f"integer-only (int{INTEGER_MAX_BITS})",
+                True,
+            )
+        return cls()
+
+    def more_weight_bits(self, now: int) -> tuple[int, ...]:
+        return tuple(b for b in self.weight_bits if b > now)
+
+    def allows_activation_bits(self, graph: Graph, name: str, bits: int) -> bool:
+        """Whether the target runs the output of ``name`` at ``bits``."""
+        if self.activation_bits is None or bits > self.activation_bits:
+            return False
+        cfg = graph.node(name).quant.activation
+        return cfg is None or cfg.allowed_bits is None or bits in cfg.allowed_bits
+
+
+@dataclass
+class FixAlternative:
+    """One fix the report tried for the causes, what it gives and what it costs.
+
+    Attributes:
+        name: ``"equalize channels"``, ``"more bits"``, ``"keep float"``.
+        change: what it changes, in words.
+        output_sqnr_db: the model output's SQNR with it (dB); None: not measured.
+        weights_bytes / activation_bytes: what it adds to the weights memory and to the
+            activation memory of one sample (bytes, negative when it saves).
+        float_layers: the layers it keeps float (output or weights).
+        allowed: whether the target allows it; not allowed: listed, never suggested.
+        chosen: whether it is the suggested fix.
+    """
+
+    name: str
+    change: str
+    output_sqnr_db: float | None = None
+    weights_bytes: float = 0.0
+    activation_bytes: float = 0.0
+    float_layers: int = 0
+    allowed: bool = True
+    chosen: bool = False
+
+    def line(self) -> str:
+        gives = "not measured" if self.output_sqnr_db is None else f"output SQNR {self.output_sqnr_db:.1f} dB"
+        cost = f"{self.weights_bytes / 1024:+.1f} KiB weights, {self.activation_bytes / 1024:+.1f} KiB activations"
+        floats = f", {self.float_layers} float" if self.float_layers else ""
+        mark = " <- suggested" if self.chosen else ("" if self.allowed else " (the target does not allow it)")
+        return f"{self.name}: {self.change}: {gives}; {cost}{floats}{mark}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def has_outlier_channels(entries: Sequence[QuantizerEntry]) -> bool:
+    """Whether a cause shows an outlier channel: an activation whose largest channel's range
+    is `OUTLIER_SPREAD` times the median's, or weights that lose an input channel whole."""
+    return any(
+        e.cause and ((e.kind == ACTIVATION and (e.channel_range_spread or 0.0) >= OUTLIER_SPREAD)
+                     or bool(e.lost_input_channels_percent))
+        for e in entries
+    )  # fmt: skip
+
+
+def pair_text(pair: EqualizationPair) -> str:
+    """``conv2 -> act2 -> pool -> conv3``."""
+    return " -> ".join((pair.producer, *pair.between, pair.consumer))
+
+
+def probe_statistics(
+    probe: ImpactProbe, graph: Graph, names: Sequence[str], bins: int = 2048
+) -> dict[str, NodeStatistics]:
+    """Statistics of ``names``' float outputs in ``graph`` on the probe's samples."""
+    if not names:
+        return {}
+    model = probe.backend.build(isolate(graph, None), quantized=False, extra_outputs=list(names))
+    collectors = {n: StatisticsCollector(bins, graph.node(n).channel_axis) for n in names}
+    count = len(graph.outputs)
+    for chunk in probe.chunks:
+        values = probe.backend.forward(model, chunk)[count:]
+        for name, value in zip(names, values):
+            collectors[name].update(value)
+    return {n: c.result() for n, c in collectors.items()}
+
+
+def equalized_variant(
+    graph: Graph, probe: ImpactProbe, l_p_value: float, pairs: Sequence[EqualizationPair] | None = None
+) -> tuple[Graph, list[EqualizationPair]] | None:
+    """``graph`` (quantized) with its channels equalized as
+    ``QuantizationConfig(activation_channel_equalization=True)`` does (every pair, or
+    ``pairs``), the grids of what changed chosen again: kernels on the new weights,
+    activations on the probe's samples. None when no pair changes."""
+    pairs = find_pairs(graph) if pairs is None else pairs
+    out, scales = equalize(graph, pairs)
+    done = [p for p in pairs if p.producer in scales]
+    if not done:
+        return None
+    for pair in done:
+        for name in (pair.producer, pair.consumer):
+            node = out.node(name)
+            for wname, cfg in node.quant.weights.items():
+                if cfg.grid is not None:
+                    fill_weights_config(cfg, node.weights[wname], l_p_value)
+    changed = [n for p in done for n in p.changed_outputs]
+    quantized = [
+        n for n in dict.fromkeys(changed)
+        if (cfg := out.node(n).quant.activation) is not None and cfg.grid is not None and cfg.grid_from is None
+    ]  # fmt: skip
+    stats = probe_statistics(probe, out, quantized)
+    for name in quantized:
+        fill_activation_config(out.node(name).quant.activation, stats[name], l_p_value)
+    share_grids(out)
+    return out, done
