@@ -25,6 +25,14 @@ setup(
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["model_compression_toolkit", "model_compression_toolkit.*"]),
+    # the Quantization dashboard's frontend, served by its TensorBoard plugin
+    package_data={"model_compression_toolkit.tensorboard_plugin": ["static/*"]},
+    # `tensorboard --logdir DIR` shows the QUANTIZATION tab once the package is installed
+    entry_points={
+        "tensorboard_plugins": [
+            "quantization = model_compression_toolkit.tensorboard_plugin:QuantizationPlugin"
+        ],
+    },
     python_requires=">=3.10",
     install_requires=[
         "numpy>=1.24",

@@ -33,6 +33,8 @@ ALLOWED = {
     "xquant": {"xquant", "pipeline", "observers", "core", "errors"},
     # keras_load_quantized_model is Keras's by name (it loads a Keras file)
     "exporter": {"exporter", "pipeline", "observers", "core", "errors", "keras"},
+    # the Quantization dashboard (a TensorBoard plugin) reads the files the observers write
+    "tensorboard_plugin": {"tensorboard_plugin", "observers"},
     # MCT modules this library does not provide: placeholders whose calls raise NotProvidedError
     "not_provided": {"errors"},
     "gptq": {"not_provided", "errors"},
@@ -47,6 +49,7 @@ FORBIDDEN_THIRD_PARTY = {
     "core": {"torch", "tensorflow", "keras", "tensorboard", "matplotlib", "tqdm"},
     "pipeline": {"torch", "tensorflow", "keras", "tensorboard", "matplotlib"},
     "observers": {"torch", "tensorflow", "keras"},
+    "tensorboard_plugin": {"torch", "tensorflow", "keras"},
 }
 
 

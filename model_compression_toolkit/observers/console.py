@@ -3,10 +3,13 @@
     Sequential: statistics   5 batches
     Sequential: thresholds   100%|██████████| 9/9 layers
     Sequential: similarity   100%|██████████| 20/20 samples     (one line, redrawn in place)
-    Sequential: done in 3.2 s; to see this call: tensorboard --logdir /tmp/mct_logs/Sequential_...
+    Sequential: done in 3.2 s; to see this call: tensorboard --logdir /tmp/mct_logs/Sequential_<time>
+        and open http://localhost:6006/#quantization&run=Sequential_<time>      (all on one line)
 
 The pipeline reports `Progress` events; this observer is the only one that draws them
-(with tqdm, on stderr). A step with a known total shows a bar, the others a count.
+(with tqdm, on stderr). A step with a known total shows a bar, the others a count. The last
+line's URL opens this call's page in the Quantization dashboard (`tensorboard_plugin`) when
+TensorBoard is started as printed (its default port).
 """
 
 from __future__ import annotations
@@ -14,12 +17,22 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 from typing import IO
 
 from tqdm.auto import tqdm
 
+from model_compression_toolkit.observers.plugin_files import PLUGIN_FILE
 from model_compression_toolkit.pipeline.events import NullObserver, Progress
+
+DASHBOARD_URL = "http://localhost:6006/#quantization&run="  # TensorBoard's default port, the plugin's tab
+
+
+def dashboard_url(call: str) -> str:
+    """The URL of one call's page in the Quantization dashboard (``call``: its id, the call
+    folder's name when TensorBoard serves that folder)."""
+    return DASHBOARD_URL + urllib.parse.quote(call, safe="")
 
 
 class ConsoleProgress(NullObserver):
@@ -65,4 +78,6 @@ class ConsoleProgress(NullObserver):
         line = f"{self.name}: {'failed after' if failed else 'done in'} {elapsed:.1f} s"
         if folder is not None:
             line += f"; to see this call: tensorboard --logdir {shlex.quote(str(folder))}"  # a path with spaces too
+            if (folder / PLUGIN_FILE).is_file():
+                line += f" and open {dashboard_url(folder.name)}"
         print(line, file=self.stream or sys.stderr, flush=True)

@@ -1,7 +1,8 @@
 """The TensorBoard observer: writes what a PTQ call reports into its call folder.
 
     stage_finished(report)  -> <n>_<stage>/ runs (`stage_view`); at quantized_graph also the
-                               similarity and mixed-precision report files (`report_files`)
+                               similarity and mixed-precision report files (`report_files`) and
+                               the Quantization dashboard's page (`plugin_files`)
     trial_finished(report)  -> tune_<n>_acc_<score>/ (`tuning_view`)
     tuning_finished(result) -> tuning/
 
@@ -29,6 +30,7 @@ from model_compression_toolkit.errors import warn_user
 from model_compression_toolkit.observers import tuning_view
 from model_compression_toolkit.observers.event_file import NullRunWriter, RunWriter
 from model_compression_toolkit.observers.log_folder import safe_run_path
+from model_compression_toolkit.observers.plugin_files import PluginFiles
 from model_compression_toolkit.observers.report_files import write_mixed_precision, write_similarity_report
 from model_compression_toolkit.observers.stage_view import SUMMARY_TAG, stage_run, write_stage
 from model_compression_toolkit.pipeline.events import Progress, StageReport, TrialReport
@@ -53,6 +55,7 @@ class TensorBoardObserver:
         self._identity = _identity(self.call_folder)  # which directory the call folder is
         self._written: list[str] = []  # the runs written so far (what a deleted folder takes along)
         self._last_stage: str | None = None  # the run of the last stage written
+        self._plugin = PluginFiles()  # the Quantization dashboard's page of this call
 
     # -------------------------------------------------------------- writers
     def _warn(self, message: str) -> None:
@@ -151,6 +154,7 @@ class TensorBoardObserver:
             self._files(lambda folder: write_mixed_precision(folder, report.mixed_precision))
         if report.similarity is not None:
             self._files(lambda folder: write_similarity_report(folder, report.similarity.report))
+        self._files(lambda folder: self._plugin.stage_finished(folder, report))
         if path is not None:
             logger.info(
                 "stage %s: %d layers written to %s in %.3f s",
@@ -158,6 +162,7 @@ class TensorBoardObserver:
             )  # fmt: skip
 
     def trial_finished(self, report: TrialReport) -> None:
+        self._plugin.trial_finished(report)
         self._in_runs(
             lambda open_writer: tuning_view.write_evaluation(
                 open_writer(report.trial.run_name), report.graph, report.memory, report.similarity
@@ -165,6 +170,7 @@ class TensorBoardObserver:
         )
 
     def tuning_finished(self, result: TuningResult) -> None:
+        self._files(lambda folder: self._plugin.tuning_finished(folder, result))
         self._in_runs(lambda open_writer: tuning_view.write_tuning(open_writer(TUNING_RUN), result))
 
     def call_failed(self, error: BaseException) -> None:

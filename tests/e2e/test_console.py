@@ -74,8 +74,14 @@ def test_each_call_has_one_progress_display_naming_its_steps_and_totals(console)
 def test_each_call_ends_with_the_line_that_opens_it_in_tensorboard(console):
     stdout, stderr = console
     folders = re.findall(r"FOLDER (.+)", stdout)
-    closing = re.findall(r": done in [\d.]+ s; to see this call: tensorboard --logdir (.+)", stderr)
-    assert closing == folders and len(folders) == 2, (closing, folders)
+    closing = re.findall(
+        r": done in [\d.]+ s; to see this call: tensorboard --logdir (.+) and open (\S+)", stderr
+    )
+    assert [c[0] for c in closing] == folders and len(folders) == 2, (closing, folders)
+    # the URL opens the call's page in the Quantization dashboard (tests/e2e/test_plugin_e2e.py)
+    assert [c[1] for c in closing] == [
+        f"http://localhost:6006/#quantization&run={Path(f).name}" for f in folders
+    ]
     assert all(Path(f).is_dir() for f in folders)
 
 
