@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from model_compression_toolkit.core.layer_parity import LayerParity, LayerTable
+
 # An output matches when it is within one quantization step everywhere, or, where the
 # runtime rounds in another order than the simulation, when its cosine is at least this.
 PARITY_MIN_COSINE = 0.999
@@ -201,6 +203,23 @@ def perturbed(batch: Sequence[np.ndarray], seed: int = 0, noise: float = FLOOR_N
     return out
 
 
+class Parity(list):
+    """The outputs' parity (a list of `OutputParity`), with the per-layer table beside it.
+
+    Attributes:
+        layers: the `LayerTable`, or None for a format without one.
+    """
+
+    def __init__(self, outputs: Sequence[OutputParity], layers: LayerTable | None = None) -> None:
+        super().__init__(outputs)
+        self.layers = layers
+
+    @property
+    def first_departure(self) -> LayerParity | None:
+        """The first layer, in topological order, where the runtime departs by more than one step."""
+        return None if self.layers is None else self.layers.first_departure
+
+
 @dataclass
 class ExportReport:
     """One export, as the observer (the TensorBoard log) sees it.
@@ -219,6 +238,8 @@ class ExportReport:
             can tell (onnxruntime's fused integer kernels), else None.
         notes: what the user should know (fixed batch size, differences the runtime makes).
         figures: other numbers worth showing (e.g. the largest bias rounding, in steps).
+        layers: the per-layer parity (`core.layer_parity`): each quantized layer's tensor in
+            the runtime against the quantized model's; None for a format without one.
     """
 
     model_name: str
@@ -234,10 +255,16 @@ class ExportReport:
     runtime_graph: ExportedGraph | None = None
     notes: list[str] = field(default_factory=list)
     figures: dict[str, float] = field(default_factory=dict)
+    layers: LayerTable | None = None
 
     @property
     def parity_ok(self) -> bool:
         return all(p.ok for p in self.parity)
+
+    @property
+    def first_departure(self) -> LayerParity | None:
+        """The first layer, in topological order, where the runtime departs by more than one step."""
+        return None if self.layers is None else self.layers.first_departure
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -247,6 +274,7 @@ class ExportReport:
         }
         out["parity"] = [p.to_dict() for p in self.parity]
         out["parity_ok"] = self.parity_ok
+        out["layers"] = None if self.layers is None else self.layers.to_dict()
         for name in ("graph", "runtime_graph"):
             g = getattr(self, name)
             out[f"{name}_ops"] = g.op_counts() if g is not None else None

@@ -27,10 +27,12 @@ from model_compression_toolkit.core.deploy import integer_biases, output_names, 
 from model_compression_toolkit.core.export_report import (
     ExportReport,
     OutputParity,
+    Parity,
     compare_outputs,
     perturbed,
 )
 from model_compression_toolkit.core.graph import Graph
+from model_compression_toolkit.core.layer_parity import LayerTable
 from model_compression_toolkit.errors import (
     ConfigurationError,
     ExportError,
@@ -44,6 +46,7 @@ from model_compression_toolkit.exporter.formats import (
     QuantizationFormat,
     deployment_class,
 )
+from model_compression_toolkit.exporter.layers import SUFFIXES, layer_table
 from model_compression_toolkit.pipeline.backends import get_backend
 from model_compression_toolkit.pipeline.session import produced_graph
 
@@ -63,7 +66,10 @@ class ExportResult(dict):
         serialization_format / quantization_format: the formats written.
         file_bytes: the file's size.
         runtime: what ran the file for the comparison (``"onnxruntime 1.32.0"``).
-        parity: per output, the runtime against the quantized model (`OutputParity`).
+        parity: per output, the runtime against the quantized model (`OutputParity`);
+            ``parity.layers``: per quantized layer, the runtime's tensor against the quantized
+            model's (`LayerTable`), ``parity.first_departure``: the first layer more than one
+            step off, with ``why`` when the numbers tell.
         parity_ok: every output within one quantization step, or at a cosine of at least 0.999.
         ops: op type -> count in the file, when the runtime lists them.
         runtime_ops: op type -> count in the graph the runtime runs after its own
@@ -81,7 +87,7 @@ class ExportResult(dict):
         self.serialization_format, self.quantization_format = serialization, quantization
         self.file_bytes = report.file_bytes
         self.runtime = report.runtime
-        self.parity: list[OutputParity] = report.parity
+        self.parity: Parity = Parity(report.parity, report.layers)
         self.notes = report.notes
         self.ops = report.graph.op_counts() if report.graph is not None else None
         self.runtime_ops = report.runtime_graph.op_counts() if report.runtime_graph is not None else None
@@ -287,6 +293,7 @@ def export(
                 graph, backend, model, runtime, batches, getattr(deployment, "integer_bias", False)
             )
             exported_graph, runtime_graph = runtime.graph(), runtime.runtime_graph()
+            layers = layer_table(graph, backend, staged, cls.serialization, cls.quantization, batches)
         size, runtime_name = runtime.file_bytes(), runtime.name
         figures = dict(runtime.figures)
         del runtime  # the runtime may hold the staged file open
@@ -295,6 +302,7 @@ def export(
         model_name=graph.name, framework=framework, serialization_format=serialization.name,
         quantization_format=quantization.name, path=str(path), file_bytes=size, runtime=runtime_name,
         data=data, parity=parity, graph=exported_graph, runtime_graph=runtime_graph, notes=notes, figures=figures,
+        layers=layers,
     )  # fmt: skip
     log_folder = _log(report)
     custom = deployment.custom_objects() if hasattr(deployment, "custom_objects") else {}
@@ -322,6 +330,10 @@ def _tell(report: ExportReport) -> None:
         report.model_name, report.serialization_format, report.quantization_format, report.path,
         report.file_bytes, "ok" if not worst else "FAILED",
     )  # fmt: skip
+    first = report.first_departure
+    if first is not None:
+        LOG.info("first layer where the runtime departs: %s, %.2f steps (%s)", first.layer, first.max_steps or 0,
+                 first.why or "no simple pattern")  # fmt: skip
     if worst:
         rows = "; ".join(
             f"{p.name}: {p.max_steps or 0:.2f} steps, cosine {p.cosine:.5f} (the quantized model against itself "
@@ -332,7 +344,10 @@ def _tell(report: ExportReport) -> None:
         warnings.warn(
             f"the exported model at {report.path} differs from the quantized model by more than one quantization "
             f"step and a cosine of 0.999 on {rows}. The file was written; a network that turns float rounding noise "
-            "into such differences will differ on any runtime. See the export run or the result's parity.",
+            "into such differences will differ on any runtime. See the export run or the result's parity."
+            + (
+                f" The first layer where the runtime departs is {first.layer!r}." if first is not None else ""
+            ),
             RuntimeWarning,
             stacklevel=5,  # the user's export call
         )
@@ -427,6 +442,36 @@ def keras_export_model(
     )  # fmt: skip
 
 
+def layer_parity(
+    model: Any,
+    path: str | os.PathLike,
+    repr_dataset: Callable[[], Any] | None = None,
+    parity_samples: int = PARITY_SAMPLES,
+) -> LayerTable | None:
+    """The per-layer parity of an exported file (``.onnx``, int8 ``.tflite``) against the
+    quantized ``model`` it was exported from, as the export functions compute it after
+    writing it: check a file again after it was changed or moved.
+
+    Args:
+        model: the quantized model a PTQ call of this library returned in this process.
+        path: the exported file.
+        repr_dataset: the data to compare on; None for samples drawn from each input's grid.
+        parity_samples: how many samples.
+
+    Returns:
+        The `LayerTable` (``table.first_departure``: the first layer more than one step
+        off), or None for a format without one.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ExportPathError(f"no file at {file}; expected an .onnx or .tflite file written by an export")
+    if file.suffix not in SUFFIXES:
+        return None
+    backend, graph = _produced(model, "pytorch" if file.suffix == ".onnx" else "keras")
+    batches, _ = _batches(graph, backend, model, repr_dataset, parity_samples)
+    return layer_table(graph, backend, file, *SUFFIXES[file.suffix], batches)
+
+
 def keras_load_quantized_model(
     filepath: str | os.PathLike,
     custom_objects: dict | None = None,
@@ -462,5 +507,6 @@ __all__ = [
     "ExportResult",
     "keras_export_model",
     "keras_load_quantized_model",
+    "layer_parity",
     "pytorch_export_model",
 ]

@@ -6,13 +6,15 @@ Written into the export's own call folder, beside the PTQ calls' (`observers.cal
         <format>/             the exported graph as the runtime reads the file, nodes coloured
                               by the type of the tensor they write ("Color by device": int8,
                               uint8, float32); text "parity" (one row per output, quantized
-                              model vs runtime) and "summary"; scalars parity/<output>/*
+                              model vs runtime), "parity_layers" (one row per quantized
+                              layer: float -> quantized -> runtime, the first departing
+                              layer named) and "summary"; scalars parity/<output>/*
         <format>/runtime/     the graph the runtime runs after its own optimizations
                               (onnxruntime: QLinearConv, QLinearAdd ...), when it tells
         export_report.json    the same as JSON
         mct.log
 
-Pure builders (`exported_graph_def`, `parity_markdown`, `summary_markdown`), then
+Pure builders (`exported_graph_def`, `parity_markdown`, `layers_markdown`, `summary_markdown`), then
 `write_export`, which a run with no log folder turns into nothing.
 """
 
@@ -39,7 +41,7 @@ from model_compression_toolkit.observers.protos import attr_value, device_name
 from model_compression_toolkit.observers.tables import markdown_table
 
 REPORT_FILE = "export_report.json"
-PARITY_TAG, SUMMARY_TAG = "parity", "summary"
+PARITY_TAG, LAYERS_TAG, SUMMARY_TAG = "parity", "parity_layers", "summary"
 
 
 def run_name(report: ExportReport) -> str:
@@ -188,6 +190,42 @@ def parity_markdown(report: ExportReport) -> str:
     return head + table + "\n" + floor
 
 
+def layers_markdown(report: ExportReport) -> str:
+    """One row per quantized layer, in topological order: what quantization costs it (float ->
+    quantized) and how far the runtime's tensor is from the quantized model's (quantized ->
+    runtime, in steps of the layer's grid); the first departing layer named above the table."""
+    table = report.layers
+    if table is None:
+        return "### Per-layer parity\n\nNot measured: this format's runtime exposes no quantized tensor.\n"
+    first = table.first_departure
+    head = f"### Per-layer parity: float -> quantized -> {table.runtime}\n\n" + (
+        f"**First departing layer: `{first.layer}`** ({first.layer_type}, computed by "
+        f"{' -> '.join(f'`{n}`' for n in first.computed_by)}): {first.max_steps:.2f} steps"
+        f"{f'; {first.why}' if first.why else ''}.\n\n"
+        if first is not None
+        else "Every layer within one step of the quantized model (or a few values more, carried over).\n\n"
+    )
+    rows = [
+        [
+            f"`{r.layer}`" + (" **departs**" if r.departs else ""),
+            " -> ".join(f"`{n}`" for n in r.computed_by),
+            _num(r.step),
+            _num(r.float_sqnr_db, 4),
+            _num(r.max_steps, 3),
+            "-" if r.tensor is None else f"{100 * r.over_one_step:.3g} %",
+            _num(r.sqnr_db, 4),
+            r.why or "",
+        ]
+        for r in table.rows
+    ]
+    body = markdown_table(
+        ["layer", "computed by", "step", "float -> quantized: SQNR (dB)", "runtime: max diff (steps)",
+         "runtime: > 1 step", "runtime: SQNR (dB)", "why"], rows,
+    )  # fmt: skip
+    notes = "".join(f"\n- {note}" for note in table.notes)
+    return head + body + ("\n" + notes + "\n" if notes else "")
+
+
 def summary_markdown(report: ExportReport) -> str:
     rows = [
         ["file", f"`{report.path}`"],
@@ -196,6 +234,9 @@ def summary_markdown(report: ExportReport) -> str:
         ["runtime", report.runtime],
         ["parity", "ok" if report.parity_ok else "**FAILED**"],
     ]
+    if report.layers is not None:
+        first = report.first_departure
+        rows.append(["first departing layer", "none" if first is None else f"`{first.layer}`"])
     for key, value in report.figures.items():
         rows.append([key.replace("_", " "), _num(value)])
     for label, graph in (("ops in the file", report.graph), ("ops the runtime runs", report.runtime_graph)):
@@ -230,6 +271,7 @@ def write_export(open_writer: Callable[[str], Any], folder: Path, report: Export
     if report.graph is not None:
         main.add_graph(exported_graph_def(report.graph))
     main.add_text(PARITY_TAG, parity_markdown(report))
+    main.add_text(LAYERS_TAG, layers_markdown(report))
     main.add_text(SUMMARY_TAG, summary_markdown(report))
     for tag, value in scalars(report).items():
         if math.isfinite(value):

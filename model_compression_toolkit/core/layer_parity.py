@@ -1,0 +1,334 @@
+"""Per-layer parity: each quantized tensor of the exported file, read in its runtime, against
+the same layer's tensor in the quantized model (and that one against the float model)::
+
+    float model      --> layer output (float)      \\
+    quantized model  --> layer output (on its grid) -> LayerParity: steps, share > 1 step, SQNR, why
+    runtime (tapped) --> the tensor of that grid   /
+
+Pure numpy: the backends find the runtime's tensors (`TapPoint`) and run the models; here
+the layers are matched to the tensors (`match_layers`), compared batch by batch
+(`LayerAccumulator`), and the first layer that departs by more than one step is named,
+with why when the numbers tell (`LayerTable`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from model_compression_toolkit.core.graph import Graph
+
+# float32 slack on top of one step: a value exactly one step off is "within one step"
+STEP_SLACK = 1e-3
+# A layer whose inputs already differ by a step may, through its sums, land two steps off on
+# a few values: below this share of values, that is carried over, not a departure.
+CARRIED_SHARE = 1e-3
+SCALE_RTOL = 1e-5  # a grid's scale as a file stores it (float32) against ours (float64)
+
+
+@dataclass(frozen=True)
+class LayerGrid:
+    """A layer whose output the quantized model puts on a grid: the tensors compared.
+
+    Attributes:
+        name: the node whose quantizer makes the tensor.
+        layer_type: its framework type (``ReLU``, ``Conv2d``).
+        scale: the grid's step.
+        computed_by: the nodes computed since the previous quantized tensors, ending with
+            ``name`` (``conv -> relu``: a conv without a grid of its own, then the ReLU).
+    """
+
+    name: str
+    layer_type: str
+    scale: float
+    computed_by: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TapPoint:
+    """A quantized tensor of the runtime's graph that can be read out.
+
+    Attributes:
+        tensor: its name in the file.
+        scale: its grid's step, as the file stores it.
+        order: the position of the op writing it in the runtime's op order.
+        hint: text naming where it came from (TFLite's fused tensor names); may be empty.
+    """
+
+    tensor: str
+    scale: float
+    order: int
+    hint: str = ""
+
+
+def quantized_layers(graph: Graph) -> list[LayerGrid]:
+    """The graph's nodes with one output on a per-tensor grid, in topological order."""
+    layers = []
+    for node in graph.nodes():
+        act = node.quant.activation
+        if act is None or act.grid is None or np.size(act.grid.scale) != 1 or len(node.output_shapes) > 1:
+            continue
+        layers.append(
+            LayerGrid(
+                node.name, node.layer_type, float(np.asarray(act.grid.scale)), _computed_by(graph, node.name)
+            )
+        )
+    return layers
+
+
+def _computed_by(graph: Graph, name: str) -> tuple[str, ...]:
+    """``name`` and the float nodes before it, back to the tensors on a grid (or the inputs)."""
+    seen: set[str] = {name}
+    stack = [name]
+    while stack:
+        for pred in graph.predecessors(stack.pop()):
+            act = pred.quant.activation
+            if pred.name in seen or pred.name in graph.inputs or (act is not None and act.grid is not None):
+                continue
+            seen.add(pred.name)
+            stack.append(pred.name)
+    return tuple(n for n in graph.topological_order() if n in seen)
+
+
+def _named(layer: str, hint: str) -> bool:
+    """Whether a TFLite tensor name (``model_1/re_lu_1/Relu;model_1/conv2d_1/add``) comes from
+    ``layer``: its name as a scope, with TensorFlow's ``_<k>`` suffix or ``_fake_quant``."""
+    pattern = rf"(^|[/;]){re.escape(layer)}(_fake_quant)?(_\d+)?/"
+    return re.search(pattern, hint) is not None
+
+
+def match_layers(layers: Sequence[LayerGrid], points: Sequence[TapPoint]) -> dict[str, str]:
+    """Layer name -> the runtime tensor holding its output.
+
+    A tensor matches a layer when its grid has the layer's step; among those, one whose
+    hint names the layer, then the first written after the previous layer's tensor (the
+    runtime keeps the graph's order), then the first. A layer whose grid no tensor has is
+    left out: the runtime fused it away.
+    """
+    taken: set[str] = set()
+    result: dict[str, str] = {}
+    last = -1
+    for layer in layers:
+        found = [
+            p
+            for p in points
+            if p.tensor not in taken and abs(p.scale - layer.scale) <= SCALE_RTOL * abs(layer.scale)
+        ]
+        named = [p for p in found if p.hint and _named(layer.name, p.hint)]
+        found = named or found
+        later = [p for p in found if p.order > last]
+        if not found:
+            continue
+        best = min(later or found, key=lambda p: p.order)
+        taken.add(best.tensor)
+        result[layer.name] = best.tensor
+        last = max(last, best.order)
+    return result
+
+
+@dataclass
+class LayerParity:
+    """One layer: the runtime's tensor against the quantized model's, in steps of its grid.
+
+    Attributes:
+        layer / layer_type / computed_by / step: as in `LayerGrid`.
+        tensor: the runtime's tensor compared, or None when the runtime has none (fused).
+        values: how many values were compared.
+        max_steps: the largest difference, in steps (None when not compared).
+        over_one_step: the share of values more than one step off.
+        one_step: the share of values exactly one step off (the runtime rounding a tie the other way).
+        cosine / sqnr_db: the runtime's tensor against the quantized model's.
+        float_sqnr_db: the quantized model's tensor against the float model's (what
+            quantization costs at this layer), when the float model ran.
+        gain / offset_steps: the runtime's tensor fitted as ``gain * ours + offset``.
+        why: what the numbers say about a difference, or None.
+        departs: more than one step off, on more than `CARRIED_SHARE` of the values
+            when an earlier layer already differs (`explain`).
+    """
+
+    layer: str
+    layer_type: str
+    computed_by: tuple[str, ...]
+    step: float
+    tensor: str | None
+    values: int = 0
+    max_steps: float | None = None
+    over_one_step: float = 0.0
+    one_step: float = 0.0
+    cosine: float | None = None
+    sqnr_db: float | None = None
+    float_sqnr_db: float | None = None
+    gain: float | None = None
+    offset_steps: float | None = None
+    why: str | None = None
+    departs: bool = False
+
+    @property
+    def beyond_one_step(self) -> bool:
+        """More than one step off somewhere."""
+        return self.max_steps is not None and self.max_steps > 1 + STEP_SLACK
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["computed_by"] = list(self.computed_by)
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
+
+
+def _db(signal: float, noise: float) -> float:
+    if noise <= 0:
+        return math.inf
+    return 10 * math.log10(signal / noise) if signal > 0 else -math.inf
+
+
+class LayerAccumulator:
+    """Sums over batches for one layer, so that no batch is held after it is compared."""
+
+    def __init__(self, layer: LayerGrid, tensor: str | None) -> None:
+        self.layer, self.tensor = layer, tensor
+        self.n = 0
+        self.max_abs = 0.0
+        self.over = self.one = 0
+        self.s_ref = self.s_out = self.s_rr = self.s_oo = self.s_ro = self.s_dd = 0.0
+        self.f_signal = self.f_noise = 0.0
+        self.shape_error: str | None = None
+
+    def add(
+        self, reference: np.ndarray, runtime: np.ndarray | None, floating: np.ndarray | None = None
+    ) -> None:
+        ref = np.asarray(reference, dtype=np.float64)
+        if floating is not None and np.size(floating) == ref.size:
+            flt = np.asarray(floating, dtype=np.float64).reshape(ref.shape)
+            self.f_signal += float(np.sum(flt**2))
+            self.f_noise += float(np.sum((ref - flt) ** 2))
+        if runtime is None:
+            return
+        if np.size(runtime) != ref.size:
+            self.shape_error = f"shape {list(np.shape(runtime))} against ours {list(ref.shape)}"
+            return
+        out = np.asarray(runtime, dtype=np.float64).reshape(ref.shape)
+        steps = np.abs(out - ref) / self.layer.scale
+        self.n += ref.size
+        self.max_abs = max(self.max_abs, float(steps.max()) if steps.size else 0.0)
+        self.over += int(np.sum(steps > 1 + STEP_SLACK))
+        self.one += int(np.sum((steps > 0.5) & (steps <= 1 + STEP_SLACK)))
+        self.s_ref += float(ref.sum())
+        self.s_out += float(out.sum())
+        self.s_rr += float(np.sum(ref * ref))
+        self.s_oo += float(np.sum(out * out))
+        self.s_ro += float(np.sum(ref * out))
+        self.s_dd += float(np.sum((out - ref) ** 2))
+
+    def result(self) -> LayerParity:
+        layer = self.layer
+        row = LayerParity(layer.name, layer.layer_type, layer.computed_by, layer.scale, self.tensor)
+        if self.f_signal or self.f_noise:
+            row.float_sqnr_db = _db(self.f_signal, self.f_noise)
+        if self.tensor is None or self.shape_error or not self.n:
+            row.why = (
+                f"the runtime's tensor has another {self.shape_error}" if self.shape_error
+                else "no tensor of the runtime holds this layer's grid: the runtime fused it into another op"
+            )  # fmt: skip
+            return row
+        n = self.n
+        row.values, row.max_steps = n, self.max_abs
+        row.over_one_step, row.one_step = self.over / n, self.one / n
+        norms = math.sqrt(self.s_rr * self.s_oo)
+        row.cosine = min(1.0, self.s_ro / norms) if norms > 0 else (1.0 if self.s_dd == 0 else 0.0)
+        row.sqnr_db = _db(self.s_rr, self.s_dd)
+        sxx = self.s_rr - self.s_ref**2 / n
+        sxy = self.s_ro - self.s_ref * self.s_out / n
+        if sxx > 0:
+            row.gain = sxy / sxx
+            row.offset_steps = (self.s_out - row.gain * self.s_ref) / n / layer.scale
+        return row
+
+    def residual_share(self) -> float:
+        """The share of the difference's energy a ``gain * ours + offset`` fit leaves unexplained."""
+        n = self.n
+        sxx = self.s_rr - self.s_ref**2 / n
+        sxy = self.s_ro - self.s_ref * self.s_out / n
+        syy = self.s_oo - self.s_out**2 / n
+        residual = syy - (sxy**2 / sxx if sxx > 0 else 0.0)
+        return max(0.0, residual) / self.s_dd if self.s_dd > 0 else 0.0
+
+
+@dataclass
+class LayerTable:
+    """The per-layer parity of one export: one row per quantized layer, in topological order.
+
+    Attributes:
+        rows: one `LayerParity` per layer.
+        runtime: what ran the file with its tensors exposed (it may differ from the
+            runtime of the output parity: TFLite without its XNNPACK delegate).
+        notes: what to know about the comparison.
+    """
+
+    rows: list[LayerParity]
+    runtime: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def first_departure(self) -> LayerParity | None:
+        """The first layer, in topological order, more than one step off."""
+        return next((row for row in self.rows if row.departs), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        first = self.first_departure
+        return {
+            "runtime": self.runtime,
+            "notes": list(self.notes),
+            "first_departure": None if first is None else first.layer,
+            "rows": [row.to_dict() for row in self.rows],
+        }
+
+
+def explain(accumulators: Sequence[LayerAccumulator]) -> LayerTable:
+    """The rows of ``accumulators`` (in topological order), each with why it differs when
+    the numbers tell:
+
+    - one step off and never more: the runtime's own requantization (a tie rounded the
+      other way after integer arithmetic);
+    - a difference that ``gain * ours + offset`` explains: a weight or scale mismatch
+      (gain off 1), or a constant offset (a zero point or a bias);
+    - more than one step on a few values (under `CARRIED_SHARE`) after an earlier layer
+      already differed: carried over from it, not a departure.
+    """
+    rows, earlier = [], None
+    for acc in accumulators:
+        row = acc.result()
+        row.departs = row.beyond_one_step and (earlier is None or row.over_one_step > CARRIED_SHARE)
+        if row.max_steps is not None and row.max_steps > 0.5:
+            row.why = _why(row, acc, earlier)
+            earlier = earlier or row
+        rows.append(row)
+    return LayerTable(rows)
+
+
+def _why(row: LayerParity, acc: LayerAccumulator, earlier: LayerParity | None) -> str | None:
+    fitted = acc.residual_share() < 0.25
+    if row.departs and fitted and row.gain is not None and abs(row.gain - 1) > 0.01:
+        return (
+            f"a weight or scale mismatch: the runtime's tensor is {row.gain:.3f} x ours"
+            f"{'' if abs(row.offset_steps or 0) < 0.5 else f' {row.offset_steps:+.2f} steps'} "
+            f"(computed by {' -> '.join(row.computed_by)})"
+        )
+    if row.departs and fitted and row.offset_steps is not None and abs(row.offset_steps) >= 0.5:
+        return f"a constant offset of {row.offset_steps:+.2f} steps (a zero point or a bias differs)"
+    if not row.beyond_one_step:
+        return (
+            f"the runtime's own requantization: {100 * row.one_step:.2g} % of values one step off "
+            "(a tie rounded the other way after integer arithmetic)"
+        )
+    if earlier is not None and not row.departs:
+        return (
+            f"carried over: {100 * row.over_one_step:.2g} % of values more than one step off, where the "
+            f"inputs already differ (from `{earlier.layer}` on)"
+        )
+    if earlier is not None:
+        return f"grows from the differences of `{earlier.layer}` ({earlier.max_steps:.2f} steps there)"
+    return None
