@@ -155,3 +155,40 @@ def test_the_consoles_url_opens_the_call_in_tensorboard_started_as_printed(logge
 )
 def test_nothing_outside_the_calls_and_the_frontend_is_served(logged, route):
     assert client(logged[0]).get(f"{ROUTE}{route}").status_code == 404
+
+
+@pytest.fixture(scope="module")
+def tuned(fw, logged):
+    """A tuned call of the two-cause model into the same log folder: (its info)."""
+    import model_compression_toolkit as mct
+    from tutorials.digits import accuracy, representative_dataset
+
+    model, _, _ = two_cause_model(fw)
+    x_train, _, x_test, y_test = fw.data()
+    tune = {
+        "pytorch": mct.ptq.pytorch_tuned_post_training_quantization,
+        "keras": mct.ptq.keras_tuned_post_training_quantization,
+    }
+    mct.set_log_folder(logged[0])
+    try:
+        _, info = tune[fw.name](
+            model, representative_dataset(x_train), lambda m: accuracy(fw.predict(m), x_test, y_test),
+            mct.core.TuningConfig(max_drop=1.0, max_trials=2),
+        )  # fmt: skip
+    finally:
+        mct.set_log_folder(None)
+    return info
+
+
+def test_a_tuned_call_shows_the_users_metric_and_the_returned_trial(logged, tuned):
+    c = client(logged[0])
+    row = get_json(c, "/calls")["calls"][0]  # the newest
+    assert row["run"] == run_id(tuned)
+    best = tuned.tuning.best
+    assert row["metric"]["score"] == best.score and row["metric"]["baseline"] == tuned.tuning.baseline_score
+    assert row["metric"]["trial"] == best.n and f"{best.score:.4f}" in row["metric"]["in_words"]
+    page = get_json(c, "/call", run=run_id(tuned))
+    # the page is the returned trial's: info.similarity
+    shown = {(q["name"], q["kind"]): q["own_db"] for q in page["quantizers"]}
+    assert shown == {(q.name, q.kind): q.sqnr_db for q in tuned.similarity.quantizers}
+    assert [c["name"] for c in page["causes"]] == [q.name for q in tuned.similarity.causes()]
