@@ -6,9 +6,10 @@ The quantizers to keep float come from the previous trial's similarity report, r
 how much each alone damages the model output (`core.similarity.causes`), so a layer that
 only inherits damage from an earlier one is not chosen. A layer's output and its weights
 are separate quantizers, changed separately: the report's suggested fix first (every
-cause, linked causes together; outputs kept float, weights given more bits or kept
-float), then the next quantizers in rank order, kept float. The loop that quantizes and
-evaluates is `pipeline.tuning`.
+cause, linked causes together; channels equalized, outputs given 16 bits or kept float,
+weights given more bits or kept float: the cheapest the target allows), then the next
+quantizers in rank order, kept float, unless the target runs integers only (then tuning
+stops where the fix ends). The loop that quantizes and evaluates is `pipeline.tuning`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any
 from model_compression_toolkit.core.similarity.causes import ACTIVATION, WEIGHTS
 from model_compression_toolkit.core.similarity.fix import SuggestedFix
 from model_compression_toolkit.core.similarity.report import SimilarityReport
+
+EQUALIZE = "equalize"  # the kind of a change that equalizes channels, in ``tried``
 
 
 def run_name(n: int, score: float) -> str:
@@ -46,6 +49,7 @@ class TuningTrial:
         weight_bits: the layers whose weights tuning gave more bits, and how many.
         activation_bits: the layers whose outputs tuning gave more bits, and how many.
         n_bits: bits tuning gave every activation or weight (``{"activation_n_bits": 16}``).
+        equalized: the channels tuning equalized (``"conv2 -> act2 -> conv3"``); empty: none.
     """
 
     n: int
@@ -60,10 +64,13 @@ class TuningTrial:
     weight_bits: dict[str, int] = field(default_factory=dict)
     activation_bits: dict[str, int] = field(default_factory=dict)
     n_bits: dict[str, int] = field(default_factory=dict)
+    equalized: list[str] = field(default_factory=list)
 
     def bit_changes(self) -> list[str]:
-        """Every bit-width this trial changed, in words (``"cat (output, 16 bits)"``)."""
-        changes = [f"{n} (output, {b} bits)" for n, b in self.activation_bits.items()]
+        """Every bit-width this trial changed, in words (``"cat (output, 16 bits)"``), and
+        the channels it equalized."""
+        changes = [f"channels equalized ({p})" for p in self.equalized]
+        changes += [f"{n} (output, {b} bits)" for n, b in self.activation_bits.items()]
         changes += [f"{n} (weights, {b} bits)" for n, b in self.weight_bits.items()]
         return changes + [f"{k}={v}" for k, v in self.n_bits.items()]
 
@@ -131,7 +138,7 @@ class TuningResult:
             bits = ", ".join(t.bit_changes())
             lines.append(
                 f"  trial {t.n}: score {t.score:.4f}  drop {self.format_drop(t.drop)}  "
-                f"weights {t.weights_bytes / 1024:.1f} KiB  kept float: {kept}" + (f"  more bits: {bits}" if bits else "")
+                f"weights {t.weights_bytes / 1024:.1f} KiB  kept float: {kept}" + (f"  changed: {bits}" if bits else "")
             )
         return "\n".join(lines)
 
@@ -150,7 +157,11 @@ def next_changes(report: SimilarityReport, count: int, tried: set[tuple[str, str
         report: the last trial's similarity report (its quantizers ranked worst first).
         count: how many quantizers to keep float when the fix adds nothing.
         tried: (layer, kind) of the quantizers earlier trials changed (layer ``"*"``: all
-            of that kind given more bits); not chosen again.
+            of that kind given more bits; ``("*", "equalize")``: channels equalized); not
+            chosen again.
+
+    On an integer-only target (the fix says so), nothing is kept float: when the fix has
+    nothing left, the change is empty and tuning stops.
     """
     fix = report.fix
     fresh = SuggestedFix(
@@ -160,8 +171,10 @@ def next_changes(report: SimilarityReport, count: int, tried: set[tuple[str, str
         {n: b for n, b in fix.activation_bits.items() if (n, ACTIVATION) not in tried},
         fix.activation_n_bits if ("*", ACTIVATION) not in tried else None,
         fix.weights_n_bits if ("*", WEIGHTS) not in tried else None,
+        equalize=fix.equalize and ("*", EQUALIZE) not in tried,
+        equalized_pairs=list(fix.equalized_pairs),
     )
-    if fresh:
+    if fresh or fix.integer_only:
         return fresh
     rest = [q for q in report.quantizers if (q.name, q.kind) not in tried][:count]
     return SuggestedFix([q.name for q in rest if q.kind == ACTIVATION], [q.name for q in rest if q.kind == WEIGHTS])

@@ -2,7 +2,8 @@
 
 ``baseline = evaluate(float model)``
 ``trial 1 = the staged PTQ (every stage reported) -> evaluate``
-``trial n = trial n-1 + the quantizers its report blames kept float (core.tuning) -> evaluate``
+``trial n = trial n-1 + the change its report suggests (core.tuning: channels equalized, more
+bits, or the quantizers it blames kept float, as the target allows) -> evaluate``
 
 until the drop below the baseline is allowed or ``max_trials`` models were evaluated.
 Statistics are collected once; each trial only re-selects thresholds. Each evaluated
@@ -21,7 +22,14 @@ from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import model_memory
 from model_compression_toolkit.core.memory import graph_memory, total
 from model_compression_toolkit.core.similarity.fix import SuggestedFix
-from model_compression_toolkit.core.tuning import TuningResult, TuningTrial, next_changes, rank, run_name
+from model_compression_toolkit.core.tuning import (
+    EQUALIZE,
+    TuningResult,
+    TuningTrial,
+    next_changes,
+    rank,
+    run_name,
+)
 from model_compression_toolkit.errors import ConfigurationError
 from model_compression_toolkit.pipeline.events import Observer, Progress, TrialReport
 from model_compression_toolkit.pipeline.session import Quantization
@@ -100,7 +108,7 @@ class Tuner:
             weights_bytes=total(memory).weights_bytes, run_name=run_name(n, score),
             kept_activations=list(self.activations), kept_weights=list(self.weights),
             weight_bits=dict(self.bits.weight_bits), activation_bits=dict(self.bits.activation_bits),
-            n_bits=_n_bits(self.bits),
+            n_bits=_n_bits(self.bits), equalized=list(self.bits.equalized_pairs) if self.bits.equalize else [],
         )  # fmt: skip
         LOG.info("tuning trial %d: score %.4f, drop %.4f, %d layers kept float", n, score, rec.drop, len(kept))
         self.records.append(rec)
@@ -121,6 +129,7 @@ class Tuner:
             tried = {(n, "activation") for n in [*self.activations, *bits.activation_bits]}
             tried |= {(n, "weights") for n in [*self.weights, *bits.weight_bits]}
             tried |= {("*", kind) for kind, n in (("activation", bits.activation_n_bits), ("weights", bits.weights_n_bits)) if n}
+            tried |= {("*", EQUALIZE)} if bits.equalize else set()
             change = next_changes(trial.similarity.report, self.config.layers_per_trial, tried)
             if not change:
                 LOG.info("tuning: no quantizer left to change after trial %d", rec.n)
@@ -131,11 +140,14 @@ class Tuner:
             bits.activation_bits.update(change.activation_bits)
             bits.activation_n_bits = change.activation_n_bits or bits.activation_n_bits
             bits.weights_n_bits = change.weights_n_bits or bits.weights_n_bits
+            if change.equalize:
+                bits.equalize, bits.equalized_pairs = True, list(change.equalized_pairs)
             trial = self.quantize([*self.rules, *keep_float_rules(self.activations, self.weights)], bits)
             added = [f"{n} (activation)" for n in change.activations] + [f"{n} (weights)" for n in change.weights]
             added += [f"{n} (weights, {b} bits)" for n, b in change.weight_bits.items()]
             added += [f"{n} (activation, {b} bits)" for n, b in change.activation_bits.items()]
             added += [f"{k}={v}" for k, v in _n_bits(change).items()]
+            added += [f"channels equalized ({p})" for p in change.equalized_pairs] if change.equalize else []
             rec = self.record(rec.n + 1, trial, added)
         return self.finish()
 

@@ -70,8 +70,11 @@ from model_compression_toolkit.core.similarity.fix_menu import (
     MORE_BITS,
     FixAlternative,
     FixMenu,
+    alternative,
+    choose,
     equalized_variant,
     has_outlier_channels,
+    not_allowed,
     pair_text,
 )
 
@@ -310,49 +313,17 @@ def suggest_fix(
             _cost(graph, eq, l_p_value, stats, into=eq)
             eq.output_sqnr_db_before, eq.output_sqnr_db_after = before, probe.output_sqnr_db(eq_graph)
             tried.insert(0, eq)
-    if not tried:
-        return fix
-    best = _choose(tried, menu)
+    best = choose(tried, menu) if tried else fix
     best.integer_only, best.target = menu.integer_only, menu.target
-    best.alternatives = [_alternative(f, f is best) for f in tried]
+    best.alternatives = [alternative(f, f is best) for f in tried] + not_allowed(entries, graph, menu)
     if menu.integer_only and not best.restores:
-        measured = best.output_sqnr_db_after
+        measured = best.output_sqnr_db_after if tried else before
         best.note = (
             f"nothing integer restores the output on this target ({menu.target}): the best integer fix measured "
             f"leaves {measured:.1f} dB (under {CAUSE_DB:g} dB); no layer is kept float, since the target runs "
             "integers only. Check the task metric, or quantize for a target that allows more bits."
         )
     return best
-
-
-def _choose(tried: Sequence[SuggestedFix], menu: FixMenu) -> SuggestedFix:
-    """The cheapest fix that restores the output (no float layer first, then fewest bytes);
-    without ``menu.prefer_equalization`` the per-layer fix stays when it restores; when
-    none does, the one that gives the most."""
-    restoring = [f for f in tried if f.restores]
-    if restoring and not menu.prefer_equalization:
-        layer = [f for f in restoring if not f.equalize]
-        restoring = layer or restoring
-    if restoring:
-        return min(restoring, key=lambda f: (len(f.activations) + len(f.weights), _bytes(f)))
-    return max(tried, key=lambda f: f.output_sqnr_db_after if f.output_sqnr_db_after is not None else -np.inf)
-
-
-def _alternative(fix: SuggestedFix, chosen: bool) -> FixAlternative:
-    if fix.equalize:
-        name, change = "equalize channels", "; ".join(fix.equalized_pairs)
-    else:
-        parts = [f"{n} output at {b} bits" for n, b in fix.activation_bits.items()]
-        parts += [f"{n} weights at {b} bits" for n, b in fix.weight_bits.items()]
-        parts += [f"{n} output float" for n in fix.activations] + [f"{n} weights float" for n in fix.weights]
-        parts += [f"every {k} at {v} bits" for k, v in (("activation", fix.activation_n_bits), ("weight", fix.weights_n_bits)) if v]
-        name = "keep float" if fix.activations or fix.weights else "more bits"
-        change = ", ".join(parts)
-    return FixAlternative(
-        name, change, fix.output_sqnr_db_after,
-        fix.weights_bytes_after - fix.weights_bytes_before, fix.activation_bytes_after - fix.activation_bytes_before,
-        len(fix.activations) + len(fix.weights), chosen=chosen,
-    )  # fmt: skip
 
 
 def layer_fix(

@@ -14,9 +14,10 @@ impact samples, the model output's SQNR against the float output.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from model_compression_toolkit.core.calibration.shared_grids import share_grids
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics, StatisticsCollector
@@ -25,6 +26,9 @@ from model_compression_toolkit.core.config import CoreConfig
 from model_compression_toolkit.core.equalization import EqualizationPair, equalize, find_pairs
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.similarity.causes import ACTIVATION, ImpactProbe, QuantizerEntry, isolate
+
+if TYPE_CHECKING:
+    from model_compression_toolkit.core.similarity.fix import SuggestedFix
 
 MORE_BITS = (4, 6, 8, 12, 16)  # the weight bit-widths a fix may give a layer, fewest first
 MORE_ACTIVATION_BITS = 16  # the bits a fix may give an activation before keeping it float
@@ -182,3 +186,57 @@ def equalized_variant(
         fill_activation_config(out.node(name).quant.activation, stats[name], l_p_value)
     share_grids(out)
     return out, done
+
+
+def not_allowed(entries: Sequence[QuantizerEntry], graph: Graph, menu: FixMenu) -> list[FixAlternative]:
+    """What an integer-only target rules out for the causes: 16-bit outputs it lacks, float."""
+    if not menu.integer_only:
+        return []
+    causes = [e for e in entries if e.cause]
+    wide = [e.name for e in causes if e.kind == ACTIVATION]
+    wide = [n for n in wide if not menu.allows_activation_bits(graph, n, MORE_ACTIVATION_BITS)]
+    out = [FixAlternative("16-bit activations", ", ".join(wide), allowed=False)] if wide else []
+    names = ", ".join(dict.fromkeys(e.name for e in causes))
+    return out + [FixAlternative("keep float", names, float_layers=len(causes), allowed=False)]
+
+
+def choose(tried: Sequence[SuggestedFix], menu: FixMenu) -> SuggestedFix:
+    """The cheapest fix that restores the output (no float layer first, then fewest bytes);
+    without ``menu.prefer_equalization`` the per-layer fix stays when it restores; when
+    none does, the one that gives the most."""
+    restoring = [f for f in tried if f.restores]
+    if restoring and not menu.prefer_equalization:
+        layer = [f for f in restoring if not f.equalize]
+        restoring = layer or restoring
+    if restoring:
+        return min(
+            restoring,
+            key=lambda f: (
+                len(f.activations) + len(f.weights),
+                f.weights_bytes_after + f.activation_bytes_after,
+            ),
+        )
+    return max(
+        tried, key=lambda f: f.output_sqnr_db_after if f.output_sqnr_db_after is not None else -math.inf
+    )
+
+
+def alternative(fix: SuggestedFix, chosen: bool) -> FixAlternative:
+    if fix.equalize:
+        name, change = "equalize channels", "; ".join(fix.equalized_pairs)
+    else:
+        parts = [f"{n} output at {b} bits" for n, b in fix.activation_bits.items()]
+        parts += [f"{n} weights at {b} bits" for n, b in fix.weight_bits.items()]
+        parts += [f"{n} output float" for n in fix.activations] + [f"{n} weights float" for n in fix.weights]
+        parts += [
+            f"every {k} at {v} bits"
+            for k, v in (("activation", fix.activation_n_bits), ("weight", fix.weights_n_bits))
+            if v
+        ]
+        name = "keep float" if fix.activations or fix.weights else "more bits"
+        change = ", ".join(parts)
+    return FixAlternative(
+        name, change, fix.output_sqnr_db_after,
+        fix.weights_bytes_after - fix.weights_bytes_before, fix.activation_bytes_after - fix.activation_bytes_before,
+        len(fix.activations) + len(fix.weights), chosen=chosen,
+    )  # fmt: skip

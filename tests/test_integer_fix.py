@@ -1,0 +1,181 @@
+"""Fixes a fully integer target can take: the outlier-channel cases of `tests.test_diagnosis`
+fixed with nothing float and no more than 8 bits, and exported as integers with parity.
+
+An int8 target (``CoreConfig(integer_only=True)``, or MCT's IMX500 platform) runs neither
+a float layer nor 12-bit weights nor, mostly, 16-bit activations. On the outlier cases the
+suggested fix is then cross-layer scale equalization (`core.equalization`), which moves the
+outlier channel's scale from the producer's weights into the consumer's: exact in float,
+no byte more, every layer integer. Margins are tens of points (the damaged model) or one
+point of float accuracy (the fix), so they hold on any CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import model_compression_toolkit as mct
+from model_compression_toolkit.core.equalization import equalize, find_pairs
+from model_compression_toolkit.pipeline.backends import get_backend
+from tests.fixtures.damage import outlier_before_pool, outlier_channel
+from tests.fixtures.trained import load_trained
+from tutorials.digits import accuracy, representative_dataset
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated:UserWarning"),
+    pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider':UserWarning"),
+]
+ANALYZE = mct.core.DebugConfig(analyze_similarity=True)
+E = mct.exporter
+
+
+def damaged(fw, case: str):
+    """(damaged model, layer names, x_train, x_test, y_test) of case a or b."""
+    x_train, _, x_test, y_test = fw.data()
+    if case == "a":
+        bad, names = outlier_channel(fw.name, load_trained(fw.name), x_train[:256])
+    else:
+        bad, names = outlier_before_pool(fw.name, load_trained(fw.name, "pool_cnn"), x_train[:256])
+    return bad, names, x_train, x_test, y_test
+
+
+def platform(fw, target: str) -> dict:
+    """The PTQ keyword that makes the target integer-only: none, or the IMX500 platform."""
+    if target == "integer_only":
+        return {}
+    return {"target_platform_capabilities": mct.get_target_platform_capabilities(fw.name, "imx500", "v1")}
+
+
+def export_integer(fw, q_model, tmp_path, data):
+    """The fixed model exported as integers: int8 TFLite (Keras), QDQ ONNX (PyTorch)."""
+    if fw.name == "keras":
+        K, Q = E.KerasExportSerializationFormat, E.QuantizationFormat
+        return E.keras_export_model(q_model, str(tmp_path / "m.tflite"), serialization_format=K.TFLITE,
+                                    quantization_format=Q.INT8, repr_dataset=data)  # fmt: skip
+    return E.pytorch_export_model(q_model, str(tmp_path / "m.onnx"), data)
+
+
+def weights_of(fw, model) -> list[np.ndarray]:
+    if fw.name == "pytorch":
+        return [t.detach().numpy().copy() for t in model.state_dict().values()]
+    return [np.array(w) for w in model.get_weights()]
+
+
+@pytest.mark.parametrize("case", ["a", "b"])
+def test_equalization_leaves_the_float_outputs_unchanged_and_brings_the_outlier_back(fw, case):
+    bad, names, x_train, x_test, _ = damaged(fw, case)
+    backend = get_backend(bad)
+    graph, _ = backend.read(bad, [x_train[:8]])
+    pairs = {p.consumer: p for p in find_pairs(graph)}
+    assert names["activation"] in pairs[names["consumer"]].between  # the outlier's pair is found
+    equalized, scales = equalize(graph)
+    before = backend.forward(backend.build(graph, quantized=False), [x_test[:64]])[0]
+    after = backend.forward(backend.build(equalized, quantized=False), [x_test[:64]])[0]
+    np.testing.assert_allclose(after, before, rtol=0, atol=1e-4 * np.abs(before).max())
+    s = scales[pairs[names["consumer"]].producer]
+    k = int(names["channel"])
+    assert s[k] > 50 * np.median(s)  # the channel scaled up 300x comes back down to the others
+    assert (
+        graph.node(names["consumer"]).weights["kernel"]
+        is not equalized.node(names["consumer"]).weights["kernel"]
+    )
+
+
+def test_activation_channel_equalization_is_accepted_and_restores_the_outlier_case(fw):
+    bad, names, x_train, x_test, y_test = damaged(fw, "a")
+    own = weights_of(fw, bad)
+    gen = representative_dataset(x_train)
+    plain, _ = fw.ptq(bad, gen)
+    config = mct.core.CoreConfig(
+        quantization_config=mct.core.QuantizationConfig(activation_channel_equalization=True)
+    )
+    equalized, _ = fw.ptq(bad, gen, core_config=config)
+    float_acc = accuracy(fw.predict(bad), x_test, y_test)
+    assert accuracy(fw.predict(plain), x_test, y_test) < float_acc - 30
+    assert accuracy(fw.predict(equalized), x_test, y_test) >= float_acc - 1.0
+    assert all(
+        np.array_equal(a, b) for a, b in zip(own, weights_of(fw, bad))
+    )  # the user's model is untouched
+
+
+@pytest.mark.parametrize("case, target", [("a", "integer_only"), ("b", "integer_only"), ("a", "imx500")])
+def test_on_an_integer_target_the_fix_is_integer_restores_accuracy_and_exports_with_parity(
+    fw, case, target, tmp_path
+):
+    bad, names, x_train, x_test, y_test = damaged(fw, case)
+    gen = representative_dataset(x_train)
+    config = mct.core.CoreConfig(debug_config=ANALYZE, integer_only=target == "integer_only")
+    q_model, info = fw.ptq(bad, gen, core_config=config, **platform(fw, target))
+    fix = info.similarity.suggested_fix()
+    assert not fix.activations and not fix.weights, fix.summary()  # nothing float
+    assert all(b <= 8 for b in fix.weight_bits.values()) and all(b <= 8 for b in fix.activation_bits.values())
+    assert fix.equalize and fix.restores and "activation_channel_equalization=True" in fix.code(), (
+        fix.summary()
+    )
+    assert [a.name for a in fix.alternatives if a.chosen] == ["equalize channels"], fix.summary()
+    fixed, _ = fw.ptq(
+        bad, gen, core_config=dataclasses.replace(config, keep_float=fix), **platform(fw, target)
+    )
+    float_acc = accuracy(fw.predict(bad), x_test, y_test)
+    assert accuracy(fw.predict(q_model), x_test, y_test) < float_acc - 30  # the failure is real
+    assert accuracy(fw.predict(fixed), x_test, y_test) >= float_acc - 1.0, fix.summary()
+    result = export_integer(fw, fixed, tmp_path, gen)
+    assert result.parity_ok, result.parity
+    if fw.name == "pytorch":  # onnxruntime runs every conv as an integer kernel
+        assert "Conv" not in result.runtime_ops and result.runtime_ops["QLinearConv"] >= 3, result.runtime_ops
+
+
+def test_without_an_integer_target_equalization_is_listed_beside_the_per_layer_fix(fw):
+    """Float allowed: the per-layer fix of `tests.test_diagnosis` stays the suggestion, and the
+    report lists the equalization it measured beside it, which restores the output too."""
+    bad, names, x_train, _, _ = damaged(fw, "a")
+    _, info = fw.ptq(
+        bad, representative_dataset(x_train), core_config=mct.core.CoreConfig(debug_config=ANALYZE)
+    )
+    fix = info.similarity.suggested_fix()
+    assert fix.activation_bits == {names["activation"]: 16} and not fix.equalize, fix.summary()
+    eq = next(a for a in fix.alternatives if a.name == "equalize channels")
+    assert eq.output_sqnr_db > 20 and eq.weights_bytes == 0 and not eq.chosen, fix.summary()
+    assert "equalize channels" in info.similarity.summary()
+
+
+def test_tuning_on_an_integer_target_equalizes_in_trial_2(fw):
+    bad, names, x_train, x_test, y_test = damaged(fw, "a")
+    tuned = getattr(mct.ptq, f"{fw.name}_tuned_post_training_quantization")
+
+    def evaluate(m):
+        return accuracy(fw.predict(m), x_test, y_test)
+
+    config = mct.core.CoreConfig(integer_only=True)
+    _, info = tuned(
+        bad, representative_dataset(x_train), evaluate, mct.core.TuningConfig(max_drop=1.0), config
+    )
+    tuning = info.tuning
+    assert tuning.target_met and tuning.best.n == 2, tuning.summary()
+    best = tuning.best
+    assert best.equalized and not best.kept_float and not best.weight_bits and not best.activation_bits
+    assert "channels equalized" in tuning.summary()
+
+
+def test_a_platform_is_an_integer_target_with_its_own_bits():
+    from model_compression_toolkit.core.resolution import resolve_core_config
+    from model_compression_toolkit.core.similarity.fix import FixMenu
+
+    def menu(*args, **config):
+        tpc = mct.get_target_platform_capabilities("pytorch", *args) if args else None
+        return FixMenu.of(resolve_core_config(mct.core.CoreConfig(**config), tpc))
+
+    assert not menu().integer_only and 16 in menu().weight_bits
+    assert menu(integer_only=True).integer_only and max(menu(integer_only=True).weight_bits) == 8
+    assert menu(integer_only=True).activation_bits is None  # int8: no 16-bit activations
+    imx = menu("imx500", "v1")
+    assert imx.integer_only and imx.weight_bits == (2, 4, 8) and imx.activation_bits is None
+    assert menu("imx500", "v4").activation_bits == 16  # 4.0 runs some operators at 16 bits
+
+
+@pytest.mark.parametrize("bad_value", ["yes", 1, None])
+def test_integer_only_is_checked(bad_value):
+    with pytest.raises(mct.errors.ConfigurationError, match="integer_only must be True or False"):
+        mct.core.CoreConfig(integer_only=bad_value).validate()
