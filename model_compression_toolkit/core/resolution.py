@@ -106,7 +106,7 @@ def quantization_edits(config: CoreConfig) -> list[QuantizationEdit]:
     """What changes the quantization `assign_quantization` decides, in order: the platform,
     the manual bit-widths, the network editor rules, concat threshold update."""
     edits: list[QuantizationEdit] = []
-    if config.target_platform_capabilities is not None:
+    if isinstance(config.target_platform_capabilities, TargetPlatformCapabilities):
         edits.append(config.target_platform_capabilities)
     if config.bit_width_config is not None:
         edits += bit_width_rules(config.bit_width_config)

@@ -54,7 +54,7 @@ def _imx500(version: str, kernel: QuantizationMethod = SYM, sixteen: bool = Fals
                                         supported_activation_n_bits=bits16)  # fmt: skip
     else:
         moving = default.clone_and_edit(enable_activation_quantization=False)
-    activations = ("ReLU", "ReLU6", "LeakyReLU", "HardTanh", "PReLU", "Swish", "Hardswish", "Sigmoid", "Tanh")
+    activations: tuple[str, ...] = ("ReLU", "ReLU6", "LeakyReLU", "HardTanh", "PReLU", "Swish", "Hardswish", "Sigmoid", "Tanh")
     if sixteen:
         activations += ("GELU", "Hardsigmoid")
     sets = [OperatorsSet(n, moving) for n in ("Dropout", "Reshape", "Pad", "MaxPool")]

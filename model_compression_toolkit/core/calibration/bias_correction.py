@@ -95,6 +95,8 @@ def _correctable(node: Node) -> bool:
 def corrected_bias(node: Node, quantized_kernel: np.ndarray) -> np.ndarray:
     """The bias that gives ``node``, with ``quantized_kernel``, the float layer's mean output."""
     kernel = node.weights["kernel"]
+    if node.quant.input_mean is None:
+        raise ValueError(f"{node.name}: its bias is corrected only once the input's mean is collected")
     delta = np.asarray(quantized_kernel, np.float64) - kernel
     shift = mean_shift(delta, node.kernel_axes["kernel"], node.kernel_in_axis["kernel"], _groups(node),
                        node.quant.input_mean)  # fmt: skip

@@ -26,7 +26,7 @@ def link_concat_inputs(graph: Graph) -> list[str]:
             continue
         for edge in graph.in_edges(node.name):
             carrier = _carrier(graph, graph.node(edge.src))
-            if carrier is not None and carrier.name != node.name:
+            if carrier is not None and carrier.name != node.name and carrier.quant.activation is not None:
                 carrier.quant.activation.grid_from = node.name
         linked.append(node.name)
     return linked

@@ -188,11 +188,11 @@ class StatisticsCollector:
     def result(self) -> NodeStatistics:
         """The statistics of everything fed so far (zeros when nothing finite was fed)."""
         edges = self._edges()
-        if self._e is None:
+        if self._e is None or self._ch_min is None or self._ch_max is None:
             lo = hi = 0.0
         else:
             lo, hi = float(self._ch_min.min()), float(self._ch_max.max())
-        if self._ch_count is None:
+        if self._ch_count is None or self._ch_min is None or self._ch_max is None or self._ch_sum is None:
             empty = np.zeros(0)
             ch_min = ch_max = ch_mean = empty
         else:
@@ -203,11 +203,11 @@ class StatisticsCollector:
             ch_max = np.where(seen, self._ch_max, np.nan)
         features = squares = feature_squares = None
         with np.errstate(invalid="ignore", divide="ignore"):
-            if self._feature_sum is not None:
+            if self._feature_sum is not None and self._feature_count is not None:
                 features = np.where(self._feature_count > 0, self._feature_sum / self._feature_count, np.nan)
             if self._ch_squares is not None and self._ch_count is not None:
                 squares = np.where(self._ch_count > 0, self._ch_squares / self._ch_count, np.nan)
-            if self._feature_squares is not None:
+            if self._feature_squares is not None and self._feature_count is not None:
                 feature_squares = np.where(self._feature_count > 0, self._feature_squares / self._feature_count, np.nan)
         return NodeStatistics(
             counts=self._counts.copy(),
@@ -256,7 +256,7 @@ class StatisticsCollector:
         return x.reshape(before, x.shape[axis], -1)
 
     def _merge_channels(self, ch_min, ch_max, ch_sum, ch_count) -> None:
-        if self._ch_count is None:
+        if self._ch_count is None or self._ch_min is None or self._ch_max is None or self._ch_sum is None:
             self._ch_min, self._ch_max, self._ch_sum, self._ch_count = ch_min, ch_max, ch_sum, ch_count
             return
         if ch_count.shape != self._ch_count.shape:
@@ -301,6 +301,7 @@ class StatisticsCollector:
     def _bin(self, flat: np.ndarray) -> tuple[np.ndarray, float]:
         """(bin counts, sum of squares) of finite values already inside the range."""
         n, e = self.n_bins, self._e
+        assert e is not None, "_bin runs after _cover has set the bin width"
         inv_width = 2.0**-e if -1000 < e < 1000 else None
         step = min(_CHUNK, flat.size)
         buf = np.empty(step, dtype=np.float64)

@@ -129,7 +129,8 @@ def check_budget(
     at 32 bits, so that a budget passing this check is not failed by them afterwards.
     """
     problem = budget_problem(graph, candidate_bits)
-    added = FLOAT_BITS / 8 * sum((new_biases or {}).values())
+    new_biases = new_biases or {}
+    added = FLOAT_BITS / 8 * sum(new_biases.values())
     problem.fixed_bytes += added
     smallest = problem.memory(problem.bits[-1])
     if target.weights_memory < smallest:
@@ -178,7 +179,9 @@ def search_bit_widths(
     bits, budget = problem.bits, float(target.weights_memory)
     if problem.memory(bits[0]) <= budget or not problem.names:
         variants = {bits[0]: _variant(graph, problem.names, bits[0], l_p_value)}
-        choice, sens, how, samples, solver = [bits[0]] * len(problem.names), {}, {}, 0, "max bits"
+        sens: dict = {}
+        how: dict = {}
+        choice, samples, solver = [bits[0]] * len(problem.names), 0, "max bits"
     else:
         variants = {b: _variant(graph, problem.names, b, l_p_value) for b in bits}
         sens, how, samples = measure_sensitivities(float_model, graph, problem.names, variants, config.samples, memory_cap)
@@ -226,6 +229,7 @@ def weights_nsr(node: Node, configs: dict[str, WeightsQuantConfig]) -> float:
     for wname, cfg in configs.items():
         w = np.asarray(node.weights[wname], dtype=np.float64)
         w = np.where(np.isfinite(w), w, 0.0)
+        assert cfg.grid is not None, f"{node.name}/{wname}: its grid is chosen before its error is measured"
         noise += float(np.sum((w - fake_quant(w, cfg.grid, cfg.channel_axes)) ** 2))
         signal += float(np.sum(w * w))
     return noise / signal if signal > 0 else 0.0
