@@ -193,7 +193,7 @@ def verdict(report: SimilarityReport | None) -> str:
     fix = report.suggested_fix()
     gives = ""
     if fix and fix.output_sqnr_db_after is not None:
-        gives = f"; the fix below lifts it to {fix.output_sqnr_db_after:.1f} dB"
+        gives = f"; the suggested fix lifts it to {fix.output_sqnr_db_after:.1f} dB"
     if causes:
         named = ", ".join(quantizer_words(q) for q in causes)
         return f"{len(causes)} quantizer{'s' if len(causes) > 1 else ''} damage the output on their own ({named}): {at}{gives}."

@@ -28,6 +28,7 @@ from typing import Any
 
 from tests.e2e import browser, pages
 from tests.e2e.logs import LoggedRun, build_logs, wait_until_served
+from tests.e2e.plugin_pages import dashboard, dashboard_calls
 from tests.e2e.server import TensorBoard, tensorboard
 
 SETTLE_S = 1.0  # charts animate into place after their data is there
@@ -202,7 +203,7 @@ class Shot:
 SHOTS = tuple(
     Shot(f.__name__, f)
     for f in (overview, graph, node_panel, runs, histograms, distributions, per_channel, summary, summary_fixed,
-              scalars, causes)  # fmt: skip
+              scalars, causes, dashboard, dashboard_calls)  # fmt: skip
 )
 
 

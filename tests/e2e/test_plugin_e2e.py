@@ -17,22 +17,12 @@ import shlex
 import pytest
 
 from tests.e2e import browser
+from tests.e2e.plugin_pages import PAGE_TIMEOUT_S, open_call
 from tests.e2e.server import tensorboard
 from tests.fixtures.two_causes import HTML_NAME, logged_call, two_cause_model
 
 pytestmark = pytest.mark.e2e
-PAGE_TIMEOUT_S = 90.0
 PRINTED_HOST = "http://localhost:6006"
-
-_FRAME = """
-const out = [];
-(function walk(n) {
-  if (n.nodeName === 'IFRAME') out.push(n);
-  if (n.shadowRoot) walk(n.shadowRoot);
-  for (const c of n.children || []) walk(c);
-})(document.documentElement);
-return out.find((f) => f.contentDocument && f.contentDocument.querySelector('#quantization')) || null;
-"""
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +39,8 @@ def page(driver, tmp_path_factory):
         f"{PRINTED_HOST}/#quantization&run="
     ), line
     with tensorboard(command[2]) as board:
-        browser.open_page(driver, url.replace(PRINTED_HOST, board.url))
-        frame = browser.wait_for(lambda: driver.execute_script(_FRAME), PAGE_TIMEOUT_S, "the plugin's frame")
-        driver.switch_to.frame(frame)
+        open_call(driver, url.replace(PRINTED_HOST, board.url))  # the driver is now in the plugin's frame
         try:
-            browser.wait_for(lambda: driver.execute_script("return !!document.querySelector('.verdict')"),
-                             PAGE_TIMEOUT_S, "the call's page")  # fmt: skip
             yield driver, fw, model, info, names
         finally:
             driver.switch_to.default_content()
