@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from model_compression_toolkit.core.mixed_precision.result import MixedPrecisionResult
 from model_compression_toolkit.observers.event_file import RunWriter
 from model_compression_toolkit.observers.protos import figure_to_png
+from model_compression_toolkit.observers.tables import code
 
 BITS_TAG = "Weights final bit-width config"
 REPORT_TAG = "mixed_precision/report"
@@ -88,7 +89,7 @@ def report_markdown(result: MixedPrecisionResult) -> str:
     head = ["layer", "bits", "weights", "bytes", "measured"] + [f"sensitivity @{b}" for b in result.candidate_bits]
     lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for layer in result.layers:
-        cells = [f"`{layer.name}`".replace("|", "\\|"), str(layer.bits), str(layer.weights),
+        cells = [code(layer.name).replace("|", "\\|"), str(layer.bits), str(layer.weights),
                  _num(layer.bytes, ".0f"), layer.measured]  # fmt: skip
         cells += [_num(layer.sensitivity.get(b), ".3g") for b in result.candidate_bits]
         lines.append("| " + " | ".join(cells) + " |")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -9,6 +10,19 @@ from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import LayerCounts, float_layers
 from model_compression_toolkit.core.memory import NodeMemory, total
 from model_compression_toolkit.core.numbers import format_bytes
+
+_BACKTICKS = re.compile("`+")
+
+
+def code(text: Any) -> str:
+    """``text`` as a Markdown code span: shown verbatim, never read as HTML or Markdown (a
+    layer named ``<img src=x>`` or ``**x**`` shows as written). The fence is one backtick
+    longer than the longest run of backticks in ``text``."""
+    text = str(text).replace("\n", " ")
+    longest = max((len(run) for run in _BACKTICKS.findall(text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -47,12 +61,12 @@ def stage_markdown(run: str, graph: Graph, memory: Mapping[str, NodeMemory]) -> 
         if q.activation:
             a_bits = str(q.activation.n_bits)
         elif q.fused_into:
-            a_bits = f"after {q.fused_into}"
+            a_bits = f"after {code(q.fused_into)}"
         else:
             a_bits = "float" if n.name in kept else "-"
-        rows.append([f"`{n.name}`", n.layer_type, w_bits, a_bits, format_bytes(mem.weights_bytes),
+        rows.append([code(n.name), n.layer_type, w_bits, a_bits, format_bytes(mem.weights_bytes),
                      format_bytes(mem.activation_bytes)])  # fmt: skip
     layers = markdown_table(["layer", "type", "weight bits", "activation bits", "weights", "activation"], rows)
-    reasons = "\n".join(f"- `{name}`: {reason}" for name, reason in kept.items())
+    reasons = "\n".join(f"- {code(name)}: {reason}" for name, reason in kept.items())
     kept_text = f"\n\nKept in float:\n\n{reasons}" if kept else ""
-    return f"### {run}: `{graph.name}` ({graph.framework})\n\n{totals_table}{kept_text}\n\n{layers}\n"
+    return f"### {run}: {code(graph.name)} ({graph.framework})\n\n{totals_table}{kept_text}\n\n{layers}\n"

@@ -33,6 +33,7 @@ from model_compression_toolkit.observers.log_folder import safe_run_path
 from model_compression_toolkit.observers.plugin_files import PluginFiles
 from model_compression_toolkit.observers.report_files import write_mixed_precision, write_similarity_report
 from model_compression_toolkit.observers.stage_view import SUMMARY_TAG, stage_run, write_stage
+from model_compression_toolkit.observers.tables import code
 from model_compression_toolkit.pipeline.events import Progress, StageReport, TrialReport
 
 logger = logging.getLogger("model_compression_toolkit")
@@ -182,7 +183,7 @@ class TensorBoardObserver:
             lambda open_writer: open_writer(self._last_stage).add_text(
                 SUMMARY_TAG,
                 f"**Stopped: this run is incomplete.** The call failed after this stage with "
-                f"`{message}`; the stages after it were not written. mct.log holds the traceback.",
+                f"{code(message)}; the stages after it were not written. mct.log holds the traceback.",
                 step=1,
             )
         )

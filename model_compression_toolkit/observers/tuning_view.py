@@ -25,7 +25,7 @@ from model_compression_toolkit.core.tuning import TuningResult
 from model_compression_toolkit.observers.event_file import RunWriter
 from model_compression_toolkit.observers.similarity_view import histogram_titles, pair_histograms
 from model_compression_toolkit.observers.stage_view import stage_run, write_graph
-from model_compression_toolkit.observers.tables import markdown_table
+from model_compression_toolkit.observers.tables import code, markdown_table
 
 ACCURACY_TAG = "tuning/accuracy"
 DROP_TAG = "tuning/drop"
@@ -61,12 +61,12 @@ def trials_markdown(result: TuningResult) -> str:
             f"{result.baseline_score:.4f}",
             "-",
             format_bytes(result.baseline_weights_bytes),
-            f"`{stage_run('initial_graph')}`",
+            code(stage_run("initial_graph")),
         ]
     ]
     for t in result.trials:
         mark = " (returned)" if t.n == result.best_trial else ""
-        kept = ", ".join(f"`{name}`" for name in t.kept_float) or "none"
+        kept = ", ".join(code(name) for name in t.kept_float) or "none"
         rows.append(
             [
                 f"{t.n}{mark}",
@@ -74,7 +74,7 @@ def trials_markdown(result: TuningResult) -> str:
                 f"{t.score:.4f}",
                 result.format_drop(t.drop),
                 format_bytes(t.weights_bytes),
-                f"`{t.run_name}`",
+                code(t.run_name),
             ]
         )
     verdict = "met" if result.target_met else "**not met**"
