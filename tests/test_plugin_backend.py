@@ -109,14 +109,27 @@ def test_a_calls_page_shows_the_numbers_of_info_similarity(logged):
     assert page["fix"]["code"] == fix.code() and page["fix"]["effects"] == fix.effects()
     assert page["fix"]["output_sqnr_db_after"] == fix.output_sqnr_db_after
     # every quantizer: its own SQNR, alone at the output, accumulated at its layer
+    nodes = {n["name"]: n for n in page["graph"]["nodes"]}
     shown = {(q["name"], q["kind"]): q for q in page["quantizers"]}
     assert set(shown) == {(q.name, q.kind) for q in report.quantizers}
     compared = {layer.name: layer for layer in report.layers}
     for q in report.quantizers:
         row = shown[(q.name, q.kind)]
         assert (row["own_db"], row["output_db"], row["cause"]) == (q.sqnr_db, q.output_sqnr_db, q.cause)
-        assert row["accumulated_db"] == (compared[q.name].sqnr_db if q.name in compared else None)
+        # a conv fused with the ReLU after it: accumulated where its output is quantized, at the ReLU
+        (after,) = (
+            {dst for src, dst in page["graph"]["edges"] if src == q.name}
+            if q.name not in compared
+            else {q.name}
+        )
+        assert row["accumulated_db"] == compared[after].sqnr_db
         assert (row["harm"] == "cause") == q.cause and row["harm"] in {"cause", "inherits", "fine"}
+    # each compared layer's float-vs-quantized histogram, with the report's shares
+    for layer in report.layers:
+        histogram = nodes[layer.name]["histogram"]
+        assert sum(histogram["float"]) > 0 and len(histogram["edges"]) == len(histogram["quantized"]) + 1
+        assert histogram["zero_rounded_percent"] == layer.zero_rounded_percent
+        assert histogram["clipped_percent"] == layer.clipped_percent
     # the graph: every layer, its edges, each quantizer coloured by its own harm
     nodes = {n["name"]: n for n in page["graph"]["nodes"]}
     assert set(nodes) == set(damaged.layers)

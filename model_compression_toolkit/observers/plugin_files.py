@@ -18,6 +18,7 @@ them as text is the frontend's job.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -27,12 +28,13 @@ from typing import Any
 import numpy as np
 
 from model_compression_toolkit.core.calibration.statistics import outlier_channels
-from model_compression_toolkit.core.graph import Graph
+from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.core.info import float_layers
 from model_compression_toolkit.core.memory import FLOAT_BITS, NodeMemory, activation_bits, total
 from model_compression_toolkit.core.numbers import json_safe
+from model_compression_toolkit.core.similarity.analysis import PairHistogram, SimilarityResult
 from model_compression_toolkit.core.similarity.causes import CAUSE_DB, QuantizerEntry
-from model_compression_toolkit.core.similarity.report import SimilarityReport
+from model_compression_toolkit.core.similarity.report import LayerSimilarity, SimilarityReport
 from model_compression_toolkit.core.tuning import TuningResult
 from model_compression_toolkit.pipeline.events import StageReport, TrialReport
 
@@ -40,6 +42,7 @@ PLUGIN_FILE = "quantization_call.json"
 SCHEMA = 1
 MAX_CHANNELS = 512  # channels drawn in a cause's picture, at most
 MAX_NAMED = 4  # exceptions named in the settings sentence
+MAX_BINS = 64  # a layer's float-vs-quantized histogram: adjacent bins summed down to this many
 
 
 class PluginFiles:
@@ -63,14 +66,11 @@ class PluginFiles:
             }
         if report.name != "quantized_graph":
             return None
-        similarity = report.similarity.report if report.similarity is not None else None
-        self._page = self._summary(folder.name, report.graph, report.memory, similarity)
+        self._page = self._summary(folder.name, report.graph, report.memory, report.similarity)
         return write(folder, self._page)
 
     def trial_finished(self, report: TrialReport) -> None:
-        self._trials[report.trial.n] = self._summary(
-            "", report.graph, report.memory, report.similarity.report
-        )
+        self._trials[report.trial.n] = self._summary("", report.graph, report.memory, report.similarity)
 
     def tuning_finished(self, folder: Path, result: TuningResult) -> Path | None:
         """The page of the trial tuning returns, with the user's metric."""
@@ -88,9 +88,9 @@ class PluginFiles:
         return write(folder, page)
 
     def _summary(
-        self, call: str, graph: Graph, memory: Mapping[str, NodeMemory], report: SimilarityReport | None
+        self, call: str, graph: Graph, memory: Mapping[str, NodeMemory], similarity: SimilarityResult | None
     ) -> dict[str, Any]:
-        return call_page(call, graph, memory, report, self._float, self._channels)
+        return call_page(call, graph, memory, similarity, self._float, self._channels)
 
 
 def write(folder: Path, page: dict[str, Any]) -> Path:
@@ -105,11 +105,13 @@ def call_page(
     call: str,
     graph: Graph,
     memory: Mapping[str, NodeMemory],
-    report: SimilarityReport | None,
+    similarity: SimilarityResult | None,
     float_memory: NodeMemory | None = None,
     channels: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> dict[str, Any]:
     """Everything one call's page shows, as plain values (see the module doc)."""
+    report = similarity.report if similarity is not None else None
+    histograms = similarity.histograms if similarity is not None else {}
     after = total(dict(memory))
     before = float_memory or after
     floats = float_layers(graph)
@@ -147,9 +149,9 @@ def call_page(
             "output_sqnr_db_after": fix.output_sqnr_db_after,
         },
         "quantizers": [
-            _quantizer(q, report) for q in sorted(quantizers, key=lambda q: _position(graph, q.name))
+            _quantizer(q, graph, report) for q in sorted(quantizers, key=lambda q: _position(graph, q.name))
         ],
-        "graph": _graph(graph, quantizers, report),
+        "graph": _graph(graph, quantizers, report, histograms),
     }
 
 
@@ -244,7 +246,7 @@ def _channel_picture(
     node = graph.node(q.name)
     if q.kind == "activation" and q.name in channels:
         low, high = channels[q.name]
-        grid = node.quant.activation.grid if node.quant.activation is not None else None
+        grid = _activation_grid(node)
         axis = "output channel"
     elif q.kind == "weights" and node.quant.weights:
         wname = next(iter(node.quant.weights))
@@ -256,12 +258,8 @@ def _channel_picture(
     else:
         return None
     low, high = np.ravel(low)[:MAX_CHANNELS], np.ravel(high)[:MAX_CHANNELS]
-    top = None
-    if grid is not None:
-        scale, zp = float(np.max(grid.scale)), float(np.max(grid.zero_point))
-        top = [(grid.qmin - zp) * scale, (grid.qmax - zp) * scale]
     return {
-        "axis": axis, "min": [float(v) for v in low], "max": [float(v) for v in high], "grid": top,
+        "axis": axis, "min": [float(v) for v in low], "max": [float(v) for v in high], "grid": _grid_range(grid),
         "outliers": [int(c) for c in outlier_channels(low, high)],
     }  # fmt: skip
 
@@ -293,8 +291,17 @@ def _layer(report: SimilarityReport | None, name: str):
         return None
 
 
-def _quantizer(q: QuantizerEntry, report: SimilarityReport | None) -> dict[str, Any]:
-    layer = _layer(report, q.name)
+def _compared(graph: Graph, report: SimilarityReport | None, name: str) -> LayerSimilarity | None:
+    """The compare point of a layer's output: its own, or that of the activation it is fused
+    into (a conv whose output the ReLU after it quantizes)."""
+    layer = _layer(report, name)
+    if layer is None and name in graph and graph.node(name).quant.fused_into:
+        layer = _layer(report, graph.node(name).quant.fused_into)
+    return layer
+
+
+def _quantizer(q: QuantizerEntry, graph: Graph, report: SimilarityReport | None) -> dict[str, Any]:
+    layer = _compared(graph, report, q.name)
     return {
         "name": q.name, "kind": q.kind, "layer_type": q.layer_type, "bits": q.bits, "own_db": q.sqnr_db,
         "channel_median_db": q.channel_sqnr_median_db, "output_db": q.output_sqnr_db,
@@ -303,8 +310,14 @@ def _quantizer(q: QuantizerEntry, report: SimilarityReport | None) -> dict[str, 
     }  # fmt: skip
 
 
-def _graph(graph: Graph, quantizers: list[QuantizerEntry], report: SimilarityReport | None) -> dict[str, Any]:
-    """Nodes in topological order, each with its weights' and its output's harm; the edges."""
+def _graph(
+    graph: Graph,
+    quantizers: list[QuantizerEntry],
+    report: SimilarityReport | None,
+    histograms: Mapping[str, PairHistogram],
+) -> dict[str, Any]:
+    """Nodes in topological order, each with its weights' and its output's harm and its
+    output's float-vs-quantized histogram; the edges."""
     entries = {(q.name, q.kind): q for q in quantizers}
     bits = activation_bits(graph)
     nodes = []
@@ -316,6 +329,36 @@ def _graph(graph: Graph, quantizers: list[QuantizerEntry], report: SimilarityRep
             "weights_bits": weights_bits, "activation_bits": None if bits[node.name] == FLOAT_BITS else bits[node.name],
             "weights": _harm(entries.get((node.name, "weights")), report, node.name) if weights_bits else None,
             "output": _harm(entries.get((node.name, "activation")), report, node.name) if act is not None else None,
+            "histogram": _histogram(histograms[node.name], _layer(report, node.name), node) if node.name in histograms else None,
         })  # fmt: skip
     edges = list(dict.fromkeys((e.src, e.dst) for e in graph.edges()))
     return {"nodes": nodes, "edges": [list(e) for e in edges]}
+
+
+def _activation_grid(node: Node):
+    return node.quant.activation.grid if node.quant.activation is not None else None
+
+
+def _grid_range(grid) -> list[float] | None:
+    """The values a grid can represent, [lowest, highest] (None: no grid)."""
+    if grid is None:
+        return None
+    scale, zp = float(np.max(grid.scale)), float(np.max(grid.zero_point))
+    return [(grid.qmin - zp) * scale, (grid.qmax - zp) * scale]
+
+
+def _histogram(pair: PairHistogram, layer: LayerSimilarity | None, node: Node) -> dict[str, Any]:
+    """A layer's float and quantized output values on the same bins (adjacent bins summed down
+    to `MAX_BINS`), its grid's range, and the shares clipped and rounded to zero."""
+    edges = np.asarray(pair.edges, dtype=np.float64)
+    start = np.arange(0, len(pair.float_counts), max(1, math.ceil(len(pair.float_counts) / MAX_BINS)))
+    return {
+        "edges": [float(v) for v in np.append(edges[start], edges[-1])],
+        "float": [float(v) for v in np.add.reduceat(np.asarray(pair.float_counts, dtype=np.float64), start)],
+        "quantized": [
+            float(v) for v in np.add.reduceat(np.asarray(pair.quantized_counts, dtype=np.float64), start)
+        ],
+        "grid": _grid_range(_activation_grid(node)),
+        "clipped_percent": layer.clipped_percent if layer is not None else None,
+        "zero_rounded_percent": layer.zero_rounded_percent if layer is not None else None,
+    }

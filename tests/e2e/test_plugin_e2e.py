@@ -98,3 +98,21 @@ def test_the_snippet_on_the_page_pasted_after_the_call_gives_the_accuracy_back(p
     fixed, _ = fw.ptq(model, representative_dataset(x_train), core_config=namespace["core_config"])
     float_acc = accuracy(fw.predict(model), x_test, y_test)
     assert accuracy(fw.predict(fixed), x_test, y_test) >= float_acc - 1.0, snippet
+
+
+def test_clicking_the_cause_shows_its_numbers_and_its_histogram(page):
+    driver, _, _, info, names = page
+    layer = info.similarity.layer(names["activation"])
+    node = driver.execute_script(
+        "return [...document.querySelectorAll('g.node')].find((g) => g.dataset.layer === arguments[0])",
+        names["activation"],
+    )
+    node.click()
+    panel = browser.wait_for(
+        lambda: driver.execute_script("return document.querySelector('.node-panel .node-histogram') && "
+                                      "document.querySelector('.node-panel').textContent"),
+        PAGE_TIMEOUT_S, "the cause's histogram",
+    )  # fmt: skip
+    assert "cause: damages the output on its own" in panel, panel
+    assert f"rounded to 0: {layer.zero_rounded_percent:.1f} %" in panel, panel
+    assert f"{layer.sqnr_db:.1f} dB" in panel, panel  # accumulated

@@ -73,3 +73,39 @@ export function channelPicture(cause) {
     svg('text', {x: 2, y: 12, class: 'legend'}, hi.toPrecision(3)));
   return el('figure', {class: 'channels'}, picture);
 }
+
+/** A layer's output values, float (filled) and quantized (outlined), on the same bins; the
+ * grid's range dashed; the shares clipped and rounded to zero written out. */
+export function histogramPicture(h) {
+  const w = 420, h0 = 150, left = 8, bottom = 20, top = 10;
+  const lo = h.edges[0], hi = h.edges[h.edges.length - 1];
+  const span = hi - lo || 1;
+  const x = (v) => left + (v - lo) / span * (w - 2 * left);
+  const most = Math.sqrt(Math.max(1, ...h.float, ...h.quantized));
+  const y = (count) => (h0 - bottom) - Math.sqrt(count) / most * (h0 - bottom - top);
+  const picture = svg('svg', {class: 'histogram', width: w, height: h0, role: 'img'},
+    svg('title', {}, 'float and quantized output values'));
+  h.float.forEach((count, i) => {
+    picture.append(svg('rect', {x: x(h.edges[i]), y: y(count), width: Math.max(1, x(h.edges[i + 1]) - x(h.edges[i])),
+      height: (h0 - bottom) - y(count), class: 'float-bar'}));
+  });
+  h.quantized.forEach((count, i) => {
+    if (count > 0) {
+      picture.append(svg('rect', {x: x(h.edges[i]), y: y(count), width: Math.max(1, x(h.edges[i + 1]) - x(h.edges[i])),
+        height: (h0 - bottom) - y(count), class: 'quantized-bar'}));
+    }
+  });
+  if (h.grid) {
+    for (const g of h.grid) {
+      if (g >= lo && g <= hi) picture.append(svg('line', {x1: x(g), x2: x(g), y1: top, y2: h0 - bottom, class: 'grid'}));
+    }
+  }
+  const pct = (v) => (v === null || v === undefined ? 'n/a' : `${v.toFixed(1)} %`);
+  picture.append(
+    svg('text', {x: left, y: h0 - bottom + 14, class: 'legend'}, lo.toPrecision(3)),
+    svg('text', {x: w - left, y: h0 - bottom + 14, 'text-anchor': 'end', class: 'legend'}, hi.toPrecision(3)));
+  return el('figure', {class: 'node-histogram'}, picture,
+    el('figcaption', {}, 'Its output values: float filled blue, quantized outlined orange (height: √count), ',
+      'the grid\'s range dashed.'),
+    el('p', {class: 'hist-shares'}, `Clipped: ${pct(h.clipped_percent)} · rounded to 0: ${pct(h.zero_rounded_percent)}`));
+}

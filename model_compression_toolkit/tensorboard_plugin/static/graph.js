@@ -1,6 +1,7 @@
 // The graph as SVG, top to bottom: each layer a box holding its quantizers, the weights (W)
 // and the output (out), each coloured by its own harm; click a layer for its numbers.
 import {el, svg, db, short, HARM} from './dom.js';
+import {histogramPicture} from './charts.js';
 
 const BOX = {w: 190, h: 40, gapX: 30, gapY: 34};
 
@@ -28,6 +29,7 @@ function details(node, quantizers) {
         el('tr', {}, ['quantizer', 'bits', 'harm', 'own SQNR', 'alone at the output', 'accumulated'].map((h) => el('th', {}, h))),
         rows)
       : el('p', {}, 'No quantizer of its own (float, fused into the next layer, or only moving values).'),
+    node.histogram ? histogramPicture(node.histogram) : null,
   ];
 }
 
@@ -73,7 +75,7 @@ export function graphView(graph, quantizers) {
     const select = () => {
       drawing.querySelectorAll('.node.selected').forEach((g) => g.classList.remove('selected'));
       group.classList.add('selected');
-      panel.replaceChildren(...details(node, quantizers));
+      panel.replaceChildren(...details(node, quantizers).filter(Boolean));
     };
     group.addEventListener('click', select);
     group.addEventListener('keydown', (event) => { if (event.key === 'Enter') select(); });
