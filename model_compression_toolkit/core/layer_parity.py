@@ -41,12 +41,18 @@ class LayerGrid:
         scale: the grid's step.
         computed_by: the nodes computed since the previous quantized tensors, ending with
             ``name`` (``conv -> relu``: a conv without a grid of its own, then the ReLU).
+        low / high: the grid's smallest and largest values (a value there may be clipped).
+        channel_axis: the output's channel axis, for the per-channel fit of a difference
+            (the node's, else the framework's: 1 for PyTorch, -1 for Keras).
     """
 
     name: str
     layer_type: str
     scale: float
     computed_by: tuple[str, ...]
+    low: float = -math.inf
+    high: float = math.inf
+    channel_axis: int | None = None
 
 
 @dataclass(frozen=True)
@@ -73,10 +79,23 @@ def quantized_layers(graph: Graph) -> list[LayerGrid]:
         act = node.quant.activation
         if act is None or act.grid is None or np.size(act.grid.scale) != 1 or len(node.output_shapes) > 1:
             continue
+        grid = act.grid
+        scale, zero = float(np.asarray(grid.scale)), float(np.asarray(grid.zero_point))
+        axis = (
+            node.channel_axis
+            if node.channel_axis is not None
+            else (1 if graph.framework == "pytorch" else -1)
+        )
         layers.append(
             LayerGrid(
-                node.name, node.layer_type, float(np.asarray(act.grid.scale)), _computed_by(graph, node.name)
-            )
+                node.name,
+                node.layer_type,
+                scale,
+                _computed_by(graph, node.name),
+                (grid.qmin - zero) * scale,
+                (grid.qmax - zero) * scale,
+                axis,
+            )  # fmt: skip
         )
     return layers
 
@@ -145,7 +164,10 @@ class LayerParity:
         cosine / sqnr_db: the runtime's tensor against the quantized model's.
         float_sqnr_db: the quantized model's tensor against the float model's (what
             quantization costs at this layer), when the float model ran.
-        gain / offset_steps: the runtime's tensor fitted as ``gain * ours + offset``.
+        gain / offset_steps: the runtime's tensor fitted as ``gain * ours + offset`` per
+            channel (values at the grid's ends left out): the channels' medians.
+        gain_off_share: the share of channels whose gain is off 1 by more than 1 %.
+        fit_residual: the share of the difference's energy the fit leaves unexplained.
         why: what the numbers say about a difference, or None.
         departs: more than one step off, on more than `CARRIED_SHARE` of the values
             when an earlier layer already differs (`explain`).
@@ -165,6 +187,8 @@ class LayerParity:
     float_sqnr_db: float | None = None
     gain: float | None = None
     offset_steps: float | None = None
+    gain_off_share: float | None = None
+    fit_residual: float | None = None
     why: str | None = None
     departs: bool = False
 
@@ -185,6 +209,51 @@ def _db(signal: float, noise: float) -> float:
     return 10 * math.log10(signal / noise) if signal > 0 else -math.inf
 
 
+class _ChannelFit:
+    """Per channel, sums for the fit ``runtime = gain * ours + offset`` over the values off
+    both ends of the grid (a clipped value follows no line)."""
+
+    def __init__(self, layer: LayerGrid) -> None:
+        self.layer = layer
+        self.sums: np.ndarray | None = None  # (7, channels): n, x, y, xx, xy, yy, (y - x)^2
+
+    def add(self, ref: np.ndarray, out: np.ndarray) -> None:
+        axis = self.layer.channel_axis if self.layer.channel_axis is not None and ref.ndim > 1 else -1
+        x = np.moveaxis(ref, axis, -1).reshape(-1, ref.shape[axis] if ref.ndim else 1)
+        y = np.moveaxis(out, axis, -1).reshape(x.shape)
+        edge = 0.5 * self.layer.scale
+        inside = (x > self.layer.low + edge) & (x < self.layer.high - edge)
+        inside &= (y > self.layer.low + edge) & (y < self.layer.high - edge)
+        x, y, m = np.where(inside, x, 0.0), np.where(inside, y, 0.0), inside.astype(np.float64)
+        sums = np.stack([m.sum(0), x.sum(0), y.sum(0), (x * x).sum(0), (x * y).sum(0), (y * y).sum(0),
+                         ((y - x) ** 2).sum(0)])  # fmt: skip
+        self.sums = sums if self.sums is None or self.sums.shape != sums.shape else self.sums + sums
+
+    def result(self) -> tuple[float, float, float, float] | None:
+        """(median gain, median offset, share of channels whose gain is off 1 by over 1 %,
+        share of the difference the fit leaves), or None when no channel has two values."""
+        if self.sums is None:
+            return None
+        n, sx, sy, sxx, sxy, syy, sdd = self.sums
+        ok = n >= 2
+        n, sx, sy, sxx, sxy, syy = (v[ok] for v in (n, sx, sy, sxx, sxy, syy))
+        if not n.size:
+            return None
+        vxx, vxy, vyy = sxx - sx**2 / n, sxy - sx * sy / n, syy - sy**2 / n
+        spread = vxx > 0
+        gain = np.where(spread, vxy / np.where(spread, vxx, 1.0), 1.0)
+        offset = (sy - gain * sx) / n
+        residual = np.where(spread, vyy - vxy**2 / np.where(spread, vxx, 1.0), vyy)
+        diff = float(sdd[ok].sum())
+        share = float(np.clip(residual, 0, None).sum()) / diff if diff > 0 else 0.0
+        return (
+            float(np.median(gain)),
+            float(np.median(offset)),
+            float(np.mean(np.abs(gain - 1) > 0.01)),
+            share,
+        )
+
+
 class LayerAccumulator:
     """Sums over batches for one layer, so that no batch is held after it is compared."""
 
@@ -193,8 +262,9 @@ class LayerAccumulator:
         self.n = 0
         self.max_abs = 0.0
         self.over = self.one = 0
-        self.s_ref = self.s_out = self.s_rr = self.s_oo = self.s_ro = self.s_dd = 0.0
+        self.s_rr = self.s_oo = self.s_ro = self.s_dd = 0.0
         self.f_signal = self.f_noise = 0.0
+        self.fit = _ChannelFit(layer)
         self.shape_error: str | None = None
 
     def add(
@@ -216,12 +286,11 @@ class LayerAccumulator:
         self.max_abs = max(self.max_abs, float(steps.max()) if steps.size else 0.0)
         self.over += int(np.sum(steps > 1 + STEP_SLACK))
         self.one += int(np.sum((steps > 0.5) & (steps <= 1 + STEP_SLACK)))
-        self.s_ref += float(ref.sum())
-        self.s_out += float(out.sum())
         self.s_rr += float(np.sum(ref * ref))
         self.s_oo += float(np.sum(out * out))
         self.s_ro += float(np.sum(ref * out))
         self.s_dd += float(np.sum((out - ref) ** 2))
+        self.fit.add(ref, out)
 
     def result(self) -> LayerParity:
         layer = self.layer
@@ -240,21 +309,11 @@ class LayerAccumulator:
         norms = math.sqrt(self.s_rr * self.s_oo)
         row.cosine = min(1.0, self.s_ro / norms) if norms > 0 else (1.0 if self.s_dd == 0 else 0.0)
         row.sqnr_db = _db(self.s_rr, self.s_dd)
-        sxx = self.s_rr - self.s_ref**2 / n
-        sxy = self.s_ro - self.s_ref * self.s_out / n
-        if sxx > 0:
-            row.gain = sxy / sxx
-            row.offset_steps = (self.s_out - row.gain * self.s_ref) / n / layer.scale
+        fit = self.fit.result()
+        if fit is not None:
+            row.gain, offset, row.gain_off_share, row.fit_residual = fit
+            row.offset_steps = offset / layer.scale
         return row
-
-    def residual_share(self) -> float:
-        """The share of the difference's energy a ``gain * ours + offset`` fit leaves unexplained."""
-        n = self.n
-        sxx = self.s_rr - self.s_ref**2 / n
-        sxy = self.s_ro - self.s_ref * self.s_out / n
-        syy = self.s_oo - self.s_out**2 / n
-        residual = syy - (sxy**2 / sxx if sxx > 0 else 0.0)
-        return max(0.0, residual) / self.s_dd if self.s_dd > 0 else 0.0
 
 
 @dataclass
@@ -298,24 +357,26 @@ def explain(accumulators: Sequence[LayerAccumulator]) -> LayerTable:
     - more than one step on a few values (under `CARRIED_SHARE`) after an earlier layer
       already differed: carried over from it, not a departure.
     """
-    rows, earlier = [], None
+    rows: list[LayerParity] = []
+    differing: LayerParity | None = None  # the first layer off at all
+    departing: LayerParity | None = None  # the first layer departing
     for acc in accumulators:
         row = acc.result()
-        row.departs = row.beyond_one_step and (earlier is None or row.over_one_step > CARRIED_SHARE)
+        row.departs = row.beyond_one_step and (differing is None or row.over_one_step > CARRIED_SHARE)
         if row.max_steps is not None and row.max_steps > 0.5:
-            row.why = _why(row, acc, earlier)
-            earlier = earlier or row
+            row.why = _why(row, departing or differing)
+            differing = differing or row
+            departing = departing or (row if row.departs else None)
         rows.append(row)
     return LayerTable(rows)
 
 
-def _why(row: LayerParity, acc: LayerAccumulator, earlier: LayerParity | None) -> str | None:
-    fitted = acc.residual_share() < 0.25
-    if row.departs and fitted and row.gain is not None and abs(row.gain - 1) > 0.01:
+def _why(row: LayerParity, earlier: LayerParity | None) -> str | None:
+    fitted = row.fit_residual is not None and row.fit_residual < 0.25
+    if row.departs and fitted and row.gain is not None and (row.gain_off_share or 0) > 0:
         return (
-            f"a weight or scale mismatch: the runtime's tensor is {row.gain:.3f} x ours"
-            f"{'' if abs(row.offset_steps or 0) < 0.5 else f' {row.offset_steps:+.2f} steps'} "
-            f"(computed by {' -> '.join(row.computed_by)})"
+            f"a weight or scale mismatch: the runtime's tensor is {row.gain:.3f} x ours (median over channels; "
+            f"{100 * (row.gain_off_share or 0):.0f} % of channels off 1), computed by {' -> '.join(row.computed_by)}"
         )
     if row.departs and fitted and row.offset_steps is not None and abs(row.offset_steps) >= 0.5:
         return f"a constant offset of {row.offset_steps:+.2f} steps (a zero point or a bias differs)"

@@ -8,13 +8,15 @@
     )
 
 Each export runs the written file in its runtime (onnxruntime, the TFLite interpreter,
-torch.jit, Keras) and compares it with the quantized model, output by output.
+torch.jit, Keras) and compares it with the quantized model, output by output, and for ONNX
+and int8 TFLite layer by layer (``result.parity.layers``; `layer_parity` checks a file again).
 """
 
 from model_compression_toolkit.exporter.api import (
     ExportResult,
     keras_export_model,
     keras_load_quantized_model,
+    layer_parity,
     pytorch_export_model,
 )
 from model_compression_toolkit.exporter.formats import (
@@ -30,5 +32,6 @@ __all__ = [
     "QuantizationFormat",
     "keras_export_model",
     "keras_load_quantized_model",
+    "layer_parity",
     "pytorch_export_model",
 ]

@@ -1,0 +1,146 @@
+"""Per-layer runtime parity: an export reads each quantized layer's tensor back from the
+runtime (onnxruntime, the TFLite interpreter) and compares it with the quantized model's,
+in steps of the layer's grid; a file changed in one layer is traced to that layer.
+
+One body for both frameworks: PyTorch -> ONNX (QDQ), Keras -> int8 TFLite.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import model_compression_toolkit as mct
+from model_compression_toolkit.core.export_report import ExportReport
+from model_compression_toolkit.core.layer_parity import LayerAccumulator, LayerGrid, explain
+from model_compression_toolkit.exporter import layer_parity
+from model_compression_toolkit.observers.export_view import layers_markdown
+from tests.fixtures.quantized import quantize
+from tests.tb import load, run_folders
+
+pytestmark = pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider':UserWarning")
+E = mct.exporter
+# the quantized layers of the digits CNN, in topological order (those whose output is on a grid)
+LAYERS = {
+    "pytorch": ["input_1", "2", "5", "8", "9", "11"],
+    "keras": ["input_layer", "re_lu", "re_lu_1", "re_lu_2", "global_average_pooling2d", "dense"],
+}
+# the layer whose weights are changed in the file, and the quantized layer computed from it
+CHANGED = {"pytorch": ("3", "5"), "keras": ("conv2d_1", "re_lu_1")}
+
+
+def _export(framework: str, folder: Path):
+    q_model, data = quantize(framework)
+    if framework == "pytorch":
+        return E.pytorch_export_model(q_model, folder / "m.onnx", data)
+    return E.keras_export_model(
+        q_model,
+        folder / "m.tflite",
+        serialization_format="TFLITE",
+        quantization_format="INT8",
+        repr_dataset=data,
+    )
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "keras"])
+def test_clean_export_has_every_layer_within_one_step(framework, tmp_path):
+    result = _export(framework, tmp_path)
+    table = result.parity.layers
+    assert [row.layer for row in table.rows] == LAYERS[framework]
+    assert all(row.tensor is not None for row in table.rows), table.rows  # each layer found in the runtime
+    assert result.parity.first_departure is None and result.report.first_departure is None
+    for row in table.rows:
+        # one step at most, or, where the inputs already differ by a step, two on a few values
+        assert row.max_steps <= 1.001 or (row.max_steps <= 2.001 and row.over_one_step < 1e-3), row
+        # the runtime is far closer to the quantized model than the quantized model to the float one
+        assert row.sqnr_db > row.float_sqnr_db + 5, row
+    assert result.parity_ok and len(result.parity) == 1  # the outputs' parity is unchanged
+
+
+def _change_one_layer(framework: str, exported: Path, target: Path) -> None:
+    """The exported file with the weights of `CHANGED` layer scaled, everything else as written."""
+    layer = CHANGED[framework][0]
+    if framework == "pytorch":
+        import onnx
+        from onnx import numpy_helper
+
+        model = onnx.load(str(exported))
+        (init,) = [i for i in model.graph.initializer if i.name == f"{layer}.weight_scale"]
+        init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * np.float32(1.25), init.name))
+        onnx.save(model, str(target))
+        return
+    from model_compression_toolkit.keras.export import interpreter
+    from model_compression_toolkit.pipeline.session import produced_graph
+
+    kernel = produced_graph(quantize(framework)[0]).node(layer).weights["kernel"]  # (kh, kw, in, out)
+    shape = [kernel.shape[3], kernel.shape[0], kernel.shape[1], kernel.shape[2]]  # TFLite's (out, kh, kw, in)
+    interp = interpreter(exported, delegates=False)
+    interp.allocate_tensors()
+    (index,) = [d["index"] for d in interp.get_tensor_details() if list(d["shape"]) == shape]
+    stored = interp.get_tensor(index)
+    data = exported.read_bytes()
+    assert data.count(stored.tobytes()) == 1  # the weights buffer, found by its bytes
+    changed = np.clip(np.round(stored.astype(np.float64) * 1.25), -127, 127).astype(np.int8)
+    target.write_bytes(data.replace(stored.tobytes(), changed.tobytes()))
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "keras"])
+def test_a_layer_changed_in_the_file_is_named_as_the_first_departure(framework, tmp_path):
+    result = _export(framework, tmp_path)
+    changed = tmp_path / f"changed{result.path.suffix}"
+    _change_one_layer(framework, result.path, changed)
+    q_model, data = quantize(framework)
+    table = layer_parity(q_model, changed, data)
+    weights_layer, quantized_layer = CHANGED[framework]
+    first = table.first_departure
+    assert (
+        first is not None
+        and first.layer == quantized_layer
+        and first.computed_by == (weights_layer, quantized_layer)
+    )
+    assert first.max_steps > 3 and first.over_one_step > 0.05, first
+    assert "weight or scale mismatch" in first.why and "1.2" in first.why, first.why
+    before = table.rows[: [r.layer for r in table.rows].index(quantized_layer)]
+    assert before and all(r.max_steps <= 1.001 for r in before)  # nothing departs earlier
+    # the clean file, checked the same way, has no departure: the change is what is found
+    assert layer_parity(q_model, result.path, data).first_departure is None
+    # and the export run's table names it
+    text = layers_markdown(ExportReport(**{**result.report.__dict__, "layers": table}))
+    assert (
+        f"**First departing layer: `{quantized_layer}`**" in text
+        and f"| `{quantized_layer}` **departs** |" in text
+    )
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "keras"])
+def test_export_run_shows_the_per_layer_table(framework, tmp_path):
+    mct.set_log_folder(tmp_path / "logs")
+    result = _export(framework, tmp_path)
+    (export_run,) = run_folders(tmp_path / "logs")
+    run = "onnx_fakely_quant" if framework == "pytorch" else "tflite_int8"
+    acc = load(export_run / run)
+    text = acc.Tensors("parity_layers")[0].tensor_proto.string_val[0].decode()
+    assert "float -> quantized ->" in text and "Every layer within one step" in text
+    for row in result.parity.layers.rows:
+        assert f"| `{row.layer}` | {' -> '.join(f'`{n}`' for n in row.computed_by)} |" in text
+    summary = acc.Tensors("summary")[0].tensor_proto.string_val[0].decode()
+    assert "| first departing layer | none |" in summary
+
+
+def test_offset_and_one_step_rounding_are_told_apart():
+    """The reasons, on constructed tensors: a constant offset, then ties rounded the other way."""
+    rng = np.random.default_rng(0)
+    step = 0.05
+    ours = np.round(rng.uniform(0, 5, size=(8, 100)) / step) * step
+    offset, ties = LayerAccumulator(LayerGrid("a", "Add", step, ("a",)), "t_a"), None
+    offset.add(ours, ours + 3 * step)
+    ties = LayerAccumulator(LayerGrid("b", "ReLU", step, ("b",)), "t_b")
+    flipped = ours.copy()
+    flipped[0, :5] += step
+    ties.add(ours, flipped)
+    table = explain([ties, offset])
+    assert [r.departs for r in table.rows] == [False, True] and table.first_departure.layer == "a"
+    assert "requantization" in table.rows[0].why and "0.62 %" in table.rows[0].why
+    assert "constant offset of +3.00 steps" in table.rows[1].why
