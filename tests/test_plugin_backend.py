@@ -9,6 +9,7 @@ Every number a page shows is the report's own: the test compares each with
 
 from __future__ import annotations
 
+import argparse
 import json
 from importlib import metadata
 
@@ -205,3 +206,17 @@ def test_a_tuned_call_shows_the_users_metric_and_the_returned_trial(logged, tune
     shown = {(q["name"], q["kind"]): q["own_db"] for q in page["quantizers"]}
     assert shown == {(q.name, q.kind): q.sqnr_db for q in tuned.similarity.quantizers}
     assert [c["name"] for c in page["causes"]] == [q.name for q in tuned.similarity.causes()]
+
+
+def test_a_logdir_spec_serves_its_calls_under_their_names(logged):
+    """``tensorboard --logdir_spec damaged:<folder>`` (as the debugging tutorial prints it)."""
+    folder, plain, damaged, _, _ = logged
+    flags = argparse.Namespace(logdir_spec=f"damaged:{folder}")
+    c = Client(
+        application.TensorBoardWSGI([QuantizationPlugin(base_plugin.TBContext(logdir="", flags=flags))])
+    )
+    assert [row["run"] for row in get_json(c, "/calls")["calls"]][-2:] == [
+        f"damaged/{run_id(damaged)}",
+        f"damaged/{run_id(plain)}",
+    ]
+    assert get_json(c, "/call", run=f"damaged/{run_id(damaged)}")["model"] == damaged.model_name

@@ -30,7 +30,7 @@ import numpy as np
 from model_compression_toolkit.core.calibration.statistics import outlier_channels
 from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.core.info import float_layers
-from model_compression_toolkit.core.memory import FLOAT_BITS, NodeMemory, activation_bits, total
+from model_compression_toolkit.core.memory import FLOAT_BITS, NodeMemory, activation_bits, graph_memory, total
 from model_compression_toolkit.core.numbers import json_safe
 from model_compression_toolkit.core.similarity.analysis import PairHistogram, SimilarityResult
 from model_compression_toolkit.core.similarity.causes import CAUSE_DB, QuantizerEntry
@@ -113,7 +113,7 @@ def call_page(
     report = similarity.report if similarity is not None else None
     histograms = similarity.histograms if similarity is not None else {}
     after = total(dict(memory))
-    before = float_memory or after
+    before = float_memory or total(graph_memory(graph, False))  # a comparison alone: no initial graph
     floats = float_layers(graph)
     quantizers = report.quantizers if report is not None else []
     causes = [q for q in quantizers if q.cause]

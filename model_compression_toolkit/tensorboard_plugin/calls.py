@@ -1,8 +1,9 @@
 """The call folders under a log folder, and what the dashboard lists of each.
 
-    <logdir>/<call>/quantization_call.json      a call (id: "<call>")
+    <logdir>/<call>/quantization_call.json           a call (id: "<call>")
     <logdir>/<group>/<call>/quantization_call.json   deeper calls (id: "<group>/<call>")
-    <logdir> itself a call folder               id: its own name (`tensorboard --logdir <call>`)
+    <logdir> itself a call folder                    id: its own name (`tensorboard --logdir <call>`)
+    --logdir_spec name:<folder>,...                  ids "<name>/<call>" (a call folder itself: "<name>")
 
 A call's id is its folder's path below the log folder; only ids found by the walk are
 served, so a request never names a file outside the log folder.
@@ -12,37 +13,53 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from model_compression_toolkit.observers.plugin_files import PLUGIN_FILE
 
 MAX_DEPTH = 3  # call folders are looked for this many levels below the log folder, at most
+Roots = Mapping[str, Path]  # name ("" for --logdir) -> folder
 
 
-def find_calls(logdir: str | Path | None) -> dict[str, Path]:
-    """Call id -> call folder, for every folder under ``logdir`` holding `PLUGIN_FILE`."""
-    if not logdir:
-        return {}
-    root = Path(logdir).expanduser()
-    if not root.is_dir():
-        return {}
-    if (root / PLUGIN_FILE).is_file():
-        return {root.resolve().name: root}
+def log_roots(logdir: str | None, logdir_spec: str | None = None) -> dict[str, Path]:
+    """The folders TensorBoard serves: ``--logdir``, or each ``name:folder`` of ``--logdir_spec``
+    (a folder without a name is named after itself)."""
+    if logdir:
+        return {"": Path(logdir).expanduser()}
+    roots = {}
+    for part in (logdir_spec or "").split(","):
+        name, sep, folder = part.partition(":")
+        if not sep or not name or "/" in name or "\\" in name:  # a folder without a name
+            name, folder = "", part
+        if folder:
+            roots[name or Path(folder).name] = Path(folder).expanduser()
+    return roots
+
+
+def find_calls(roots: Roots) -> dict[str, Path]:
+    """Call id -> call folder, for every folder under ``roots`` holding `PLUGIN_FILE`."""
     found: dict[str, Path] = {}
-    for folder, dirs, files in os.walk(root):
-        depth = len(Path(folder).relative_to(root).parts)
-        if PLUGIN_FILE in files:
-            found[Path(folder).relative_to(root).as_posix()] = Path(folder)
-            dirs[:] = []  # a call's own runs hold no other call
-        elif depth >= MAX_DEPTH:
-            dirs[:] = []
+    for name, root in roots.items():
+        if not root.is_dir():
+            continue
+        if (root / PLUGIN_FILE).is_file():
+            found[name or root.resolve().name] = root
+            continue
+        for folder, dirs, files in os.walk(root):
+            relative = Path(folder).relative_to(root)
+            if PLUGIN_FILE in files:
+                found["/".join(p for p in (name, relative.as_posix()) if p)] = Path(folder)
+                dirs[:] = []  # a call's own runs hold no other call
+            elif len(relative.parts) >= MAX_DEPTH:
+                dirs[:] = []
     return found
 
 
-def has_calls(logdir: str | Path | None) -> bool:
-    """Whether any call folder under ``logdir`` has the dashboard's file."""
-    return bool(find_calls(logdir))
+def has_calls(roots: Roots) -> bool:
+    """Whether any call folder under ``roots`` has the dashboard's file."""
+    return bool(find_calls(roots))
 
 
 def read_page(folder: Path) -> dict[str, Any] | None:
@@ -56,10 +73,10 @@ def read_page(folder: Path) -> dict[str, Any] | None:
 LISTED = ("model", "framework", "settings", "output_sqnr_db", "memory", "metric", "verdict", "created")
 
 
-def call_rows(logdir: str | Path | None) -> list[dict[str, Any]]:
+def call_rows(roots: Roots) -> list[dict[str, Any]]:
     """One row per call for the landing page, newest first."""
     rows = []
-    for call_id, folder in find_calls(logdir).items():
+    for call_id, folder in find_calls(roots).items():
         page = read_page(folder)
         if page is None:
             continue

@@ -16,7 +16,13 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from model_compression_toolkit.tensorboard_plugin.calls import call_rows, find_calls, has_calls, read_page
+from model_compression_toolkit.tensorboard_plugin.calls import (
+    call_rows,
+    find_calls,
+    has_calls,
+    log_roots,
+    read_page,
+)
 
 STATIC = Path(__file__).with_name("static")
 PLUGIN_NAME = "quantization"
@@ -29,7 +35,9 @@ class QuantizationPlugin(base_plugin.TBPlugin):
     plugin_name = PLUGIN_NAME
 
     def __init__(self, context: base_plugin.TBContext) -> None:
-        self._logdir = context.logdir
+        spec = getattr(context.flags, "logdir_spec", None) if context.flags is not None else None
+        self._logdir = context.logdir or spec or ""
+        self._roots = log_roots(context.logdir, spec)
 
     def get_plugin_apps(self):
         return {
@@ -40,7 +48,7 @@ class QuantizationPlugin(base_plugin.TBPlugin):
         }
 
     def is_active(self) -> bool:
-        return has_calls(self._logdir)
+        return has_calls(self._roots)
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(
@@ -61,13 +69,13 @@ class QuantizationPlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _calls(self, request):
-        body = {"logdir": str(self._logdir or ""), "calls": call_rows(self._logdir)}
+        body = {"logdir": str(self._logdir or ""), "calls": call_rows(self._roots)}
         return http_util.Respond(request, json.dumps(body, allow_nan=False), "application/json")
 
     @wrappers.Request.application
     def _call(self, request):
         run = request.args.get("run", "")
-        folder = find_calls(self._logdir).get(run)
+        folder = find_calls(self._roots).get(run)
         page = read_page(folder) if folder is not None else None
         if page is None:
             return http_util.Respond(
