@@ -145,7 +145,7 @@ def test_a_platform_resolves_into_the_configuration_and_user_fields_win():
     resolved = resolve_core_config(mine, tpc)
     assert resolved.quantization_config.weights_n_bits == 4
     assert resolved.target_platform_capabilities.sets["Conv"].weights_n_bits == 4
-    assert mine.quantization_config.activation_quantization_method == mct.core.QuantizationMethod.SYMMETRIC  # untouched
+    assert mine.quantization_config.activation_quantization_method is None  # untouched: chosen per activation
     with pytest.raises(ConfigurationError, match="mct.get_target_platform_capabilities"):
         resolve_core_config(None, object())
 

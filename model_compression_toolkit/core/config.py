@@ -129,13 +129,22 @@ class QuantizationConfig:
     """How weights and activations are quantized.
 
     Weights are quantized symmetrically per output channel (``weights_per_channel``),
-    activations per tensor, unsigned when their collected minimum is >= 0.
+    activations per tensor, each on the grid its collected values ask for (see
+    ``activation_quantization_method``).
 
     Args:
         weights_n_bits: bits of quantized weights, 2 to 16.
         activation_n_bits: bits of quantized activations, 2 to 16.
         weights_quantization_method: how a weight range is parametrised.
-        activation_quantization_method: how an activation range is parametrised.
+        activation_quantization_method: how an activation range is parametrised. None
+            (the default): chosen per activation from its collected histogram, by the
+            error the threshold search minimises (``activation_error_method``; MSE for
+            NOCLIPPING): unsigned symmetric when the minimum is >= 0, else signed
+            symmetric unless ``UNIFORM`` (a zero point) has at most 0.8 times its error
+            (the mean error of the error method, MSE for NOCLIPPING and KL),
+            as after a ReLU then a batch norm with a negative shift. ``SYMMETRIC``,
+            ``POWER_OF_TWO`` or ``UNIFORM`` set here, by a target platform or by a
+            network editor rule is used for every activation it covers, as given.
         weights_error_method: how weight thresholds are chosen (on the weights).
         activation_error_method: how activation thresholds are chosen (on the histogram).
         weights_per_channel: one threshold per output channel (else one per tensor).
@@ -184,7 +193,7 @@ class QuantizationConfig:
     weights_n_bits: int = 8
     activation_n_bits: int = 8
     weights_quantization_method: QuantizationMethod = QuantizationMethod.SYMMETRIC
-    activation_quantization_method: QuantizationMethod = QuantizationMethod.SYMMETRIC
+    activation_quantization_method: QuantizationMethod | None = None
     weights_error_method: QuantizationErrorMethod = QuantizationErrorMethod.MSE
     activation_error_method: QuantizationErrorMethod = QuantizationErrorMethod.MSE
     weights_per_channel: bool = True
@@ -243,9 +252,8 @@ class QuantizationConfig:
         _check_bits("weights_n_bits", self.weights_n_bits)
         _check_bits("activation_n_bits", self.activation_n_bits)
         _check_enum("weights_quantization_method", self.weights_quantization_method, QuantizationMethod)
-        _check_enum(
-            "activation_quantization_method", self.activation_quantization_method, QuantizationMethod
-        )
+        if self.activation_quantization_method is not None:
+            _check_enum("activation_quantization_method", self.activation_quantization_method, QuantizationMethod)
         _check_enum("weights_error_method", self.weights_error_method, QuantizationErrorMethod)
         _check_enum("activation_error_method", self.activation_error_method, QuantizationErrorMethod)
         if not isinstance(self.l_p_value, (int, float)) or not math.isfinite(self.l_p_value) or self.l_p_value <= 0:

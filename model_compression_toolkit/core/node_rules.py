@@ -156,7 +156,7 @@ class NodeRule:
                 )
             act.n_bits = bits
         if "activation_quantization_method" in changes:
-            act.method = changes["activation_quantization_method"]
+            act.method, act.choose_grid = changes["activation_quantization_method"], False
         if "activation_error_method" in changes:
             act.error_method = changes["activation_error_method"]
         if "z_threshold" in changes:

@@ -12,7 +12,7 @@ from typing import Protocol
 import numpy as np
 
 from model_compression_toolkit.core.composites import find_composites
-from model_compression_toolkit.core.config import KeepFloat, QuantizationConfig
+from model_compression_toolkit.core.config import KeepFloat, QuantizationConfig, QuantizationMethod
 from model_compression_toolkit.core.graph import VALUE_PRESERVING, WEIGHTED, Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import (
     ActivationQuantConfig,
@@ -229,12 +229,18 @@ def quantize_composites_once(graph: Graph) -> None:
 
 
 def default_activation(config: QuantizationConfig) -> ActivationQuantConfig:
-    """The activation quantization ``config`` gives an output that is quantized."""
+    """The activation quantization ``config`` gives an output that is quantized.
+
+    With no ``activation_quantization_method`` the grid is chosen per activation once its
+    values are collected (``choose_grid``; symmetric until then).
+    """
+    method = config.activation_quantization_method
     return ActivationQuantConfig(
         n_bits=config.activation_n_bits,
-        method=config.activation_quantization_method,
+        method=QuantizationMethod.SYMMETRIC if method is None else method,
         error_method=config.activation_error_method,
         z_threshold=float(config.z_threshold),
+        choose_grid=method is None,
     )
 
 

@@ -64,6 +64,8 @@ class ActivationQuantConfig:
     fixed_range: tuple[float, float] | None = None  # a platform's fixed grid over [min, max]: no search
     grid_from: str | None = None  # takes this node's grid once every grid is chosen (shared grids)
     allowed_bits: tuple[int, ...] | None = None  # the bits the target platform allows here; None: any
+    # ``method`` is chosen from the collected values (symmetric or uniform, `calibration.thresholds`)
+    choose_grid: bool = False
 
 
 @dataclass

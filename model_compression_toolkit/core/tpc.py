@@ -266,7 +266,7 @@ class TargetPlatformCapabilities:
             q.activation, q.activation_float_reason = None, f"not quantized on {where} ({name}): its values stay on its input's grid"
             return
         act = q.activation
-        act.method = qc.activation_quantization_method
+        act.method, act.choose_grid = qc.activation_quantization_method, False
         act.allowed_bits = tuple(qc.supported_activation_n_bits)
         act.fixed_range = qc.fixed_range
 

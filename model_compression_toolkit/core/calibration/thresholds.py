@@ -161,7 +161,8 @@ def fill_activation_config(cfg: ActivationQuantConfig, stats: NodeStatistics, l_
     """Set ``cfg.signed``, the threshold (or range) and ``cfg.grid`` from ``stats``.
 
     Signed iff the collected minimum is negative. SYMMETRIC / POWER_OF_TWO set
-    ``cfg.threshold``; UNIFORM sets ``cfg.range_min`` <= 0 <= ``cfg.range_max``.
+    ``cfg.threshold``; UNIFORM sets ``cfg.range_min`` <= 0 <= ``cfg.range_max``. With
+    ``cfg.choose_grid`` the method is chosen here (`choose_activation_grid`).
     """
     cfg.signed = not stats.min >= 0
     if cfg.fixed_range is not None:
@@ -171,6 +172,48 @@ def fill_activation_config(cfg: ActivationQuantConfig, stats: NodeStatistics, l_
         return
     errors = _histogram_errors(cfg.error_method, l_p_value)
     values, low, high = _histogram_values(stats, cfg.z_threshold)
+    if cfg.choose_grid:
+        p = error_power(cfg.error_method, l_p_value) or 2.0
+        judge = lambda bins, grid: histogram_error(*bins, grid, p)  # noqa: E731
+        choose_activation_grid(cfg, values, low, high, errors, judge)
+    else:
+        _fill_activation_grid(cfg, values, low, high, errors)
+
+
+# a zero point costs integer hardware a correction term per output: the uniform grid must
+# buy at least 1 dB (0.8 times the symmetric grid's error) to be chosen
+UNIFORM_GAIN = 0.8
+
+
+def choose_activation_grid(
+    cfg: ActivationQuantConfig, values: tuple, low: float, high: float, errors, judge
+) -> None:
+    """Choose the activation's method by the error of each grid on its histogram.
+
+    ``min >= 0``: unsigned symmetric (a uniform range starts at 0 too: the same grid).
+    ``min < 0``: the best signed symmetric grid and the best uniform one are searched
+    with ``errors`` (the error method's; None: no search), then compared by
+    ``judge(bins, grid)``, the mean ``|q(x) - x|**p`` of the error method (MSE for
+    NOCLIPPING and KL: a divergence between histograms hardly sees levels left unused).
+    Uniform is kept when its error is at most ``UNIFORM_GAIN`` times the symmetric
+    one's, as for ``relu -> batch norm`` with a negative shift (values in [-0.3, 6]),
+    where a signed grid leaves most of its negative half unused.
+    """
+    cfg.method = QuantizationMethod.SYMMETRIC
+    _fill_activation_grid(cfg, values, low, high, errors)
+    if low >= 0 or not values[0].size or high <= low:
+        return
+    symmetric = (cfg.signed, cfg.threshold, cfg.range_min, cfg.range_max, cfg.grid)
+    cfg.method = QuantizationMethod.UNIFORM
+    _fill_activation_grid(cfg, values, low, high, errors)
+    e_sym, e_uni = (float(np.max(judge(values, grid))) for grid in (symmetric[-1], cfg.grid))
+    if not e_uni <= UNIFORM_GAIN * e_sym:
+        cfg.method = QuantizationMethod.SYMMETRIC
+        cfg.signed, cfg.threshold, cfg.range_min, cfg.range_max, cfg.grid = symmetric
+
+
+def _fill_activation_grid(cfg: ActivationQuantConfig, values: tuple, low: float, high: float, errors) -> None:
+    """The range and grid of ``cfg.method`` searched on the histogram ``values``."""
     if cfg.method == QuantizationMethod.UNIFORM:
         lo, hi = min(low, 0.0), max(high, 0.0)
         if errors is not None and values[0].size and hi > lo:
