@@ -46,7 +46,7 @@ from model_compression_toolkit.exporter.formats import (
     QuantizationFormat,
     deployment_class,
 )
-from model_compression_toolkit.exporter.layers import SUFFIXES, layer_table
+from model_compression_toolkit.exporter.layers import SUFFIXES, layer_table, measured
 from model_compression_toolkit.pipeline.backends import get_backend
 from model_compression_toolkit.pipeline.session import produced_graph
 
@@ -293,7 +293,7 @@ def export(
                 graph, backend, model, runtime, batches, getattr(deployment, "integer_bias", False)
             )
             exported_graph, runtime_graph = runtime.graph(), runtime.runtime_graph()
-            layers = layer_table(graph, backend, staged, cls.serialization, cls.quantization, batches)
+            layers = measured(graph, backend, staged, cls.serialization, cls.quantization, batches)
         size, runtime_name = runtime.file_bytes(), runtime.name
         figures = dict(runtime.figures)
         del runtime  # the runtime may hold the staged file open

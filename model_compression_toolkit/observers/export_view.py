@@ -197,6 +197,10 @@ def layers_markdown(report: ExportReport) -> str:
     table = report.layers
     if table is None:
         return "### Per-layer parity\n\nNot measured: this format's runtime exposes no quantized tensor.\n"
+    if not table.rows:
+        return "### Per-layer parity\n\n" + "".join(
+            f"- {note}\n" for note in table.notes or ["Not measured."]
+        )
     first = table.first_departure
     head = f"### Per-layer parity: float -> quantized -> {table.runtime}\n\n" + (
         f"**First departing layer: `{first.layer}`** ({first.layer_type}, computed by "
@@ -236,7 +240,8 @@ def summary_markdown(report: ExportReport) -> str:
     ]
     if report.layers is not None:
         first = report.first_departure
-        rows.append(["first departing layer", "none" if first is None else f"`{first.layer}`"])
+        text = "none" if first is None else f"`{first.layer}`"
+        rows.append(["first departing layer", text if report.layers.rows else "not measured"])
     for key, value in report.figures.items():
         rows.append([key.replace("_", " "), _num(value)])
     for label, graph in (("ops in the file", report.graph), ("ops the runtime runs", report.runtime_graph)):
