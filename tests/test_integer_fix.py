@@ -95,6 +95,9 @@ def test_activation_channel_equalization_is_accepted_and_restores_the_outlier_ca
     float_acc = accuracy(fw.predict(bad), x_test, y_test)
     assert accuracy(fw.predict(plain), x_test, y_test) < float_acc - 30
     assert accuracy(fw.predict(equalized), x_test, y_test) >= float_acc - 1.0
+    # compared on its own later, the equalized model is compared with the equalized float model
+    report = mct.analyze_similarity(bad, equalized, gen).report
+    assert report.layer(names["activation"]).sqnr_db > 25 and not report.causes(), report.summary()
     assert all(
         np.array_equal(a, b) for a, b in zip(own, weights_of(fw, bad))
     )  # the user's model is untouched

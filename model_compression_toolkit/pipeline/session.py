@@ -49,6 +49,7 @@ from model_compression_toolkit.errors import InputMismatchError, warn_user
 from model_compression_toolkit.pipeline.events import NullObserver, Observer, Progress
 
 LOG = logging.getLogger("model_compression_toolkit")
+EQUALIZED = "channels_equalized"  # Graph.meta key of a graph whose channels were equalized
 _PRODUCED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # quantized model -> its graph
 
 
@@ -189,6 +190,7 @@ class Session:
         if self.equalized:
             return
         self.initial, scales = equalize(self.initial)
+        self.initial.meta[EQUALIZED] = True  # the graphs prepared from it carry it
         self.equalized = True
         self._stats, self._reference, self._prepared = None, None, None
         LOG.info("channels equalized between %d pairs of layers: %s", len(scales), ", ".join(scales))
@@ -221,12 +223,19 @@ class Session:
         ``graph`` with the float model reads, on the first samples, when they fit under
         the similarity memory cap.
         """
+        self.follow(graph)
         wanted = [n.name for n in graph.nodes() if n.quant.activation is not None]
         if self.config.quantization_config.weights_bias_correction:  # what the corrected layers read
             wanted += [name for name in input_sources(graph) if name not in wanted]
         if self._stats is None or any(name not in self._stats for name in wanted):
             self._stats, self._reference = self._collect(graph, wanted, reference_samples)
         return self._stats
+
+    def follow(self, graph: Graph) -> None:
+        """A graph quantized from the equalized model (a later standalone comparison of a
+        model a call equalized) is compared with the equalized float model."""
+        if graph.meta.get(EQUALIZED) and not self.equalized:
+            self.equalize()
 
     @property
     def float_model(self) -> FloatModel:
@@ -332,6 +341,7 @@ class Session:
         self, graph: Graph, weights: QuantizedWeights | None = None, q_model: Any = None
     ) -> SimilarityResult:
         """Compare ``graph`` (quantized) with the float model on the configured samples."""
+        self.follow(graph)
         debug = self.config.debug_config
         return analyze(
             self.float_model, graph, debug.similarity_samples, debug.similarity_memory_cap,

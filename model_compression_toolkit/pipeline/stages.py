@@ -78,6 +78,7 @@ def compare_in_stage(session: Session, q_graph: Graph, observer: Observer) -> Si
     report it as the ``quantized_graph`` stage with its similarity."""
     debug = session.config.debug_config
     session.report_to(observer)
+    session.follow(q_graph)  # a graph quantized from the equalized model: compared with it
     result = analyze(
         session.float_model, q_graph, debug.similarity_samples, debug.similarity_memory_cap,
         impact_samples=debug.impact_samples, max_impact_quantizers=debug.max_impact_quantizers,
