@@ -2,7 +2,7 @@
 
     initial_graph            -> the float model's memory
     after_statistics_coll... -> each layer's channel ranges (the causes' pictures)
-    quantized_graph          -> <call folder>/quantization_call.json
+    quantized_graph          -> <call folder>/quantization_call.json (when the similarity ran)
     trial_finished           -> kept (small) until tuning has chosen
     tuning_finished          -> quantization_call.json again: the returned trial, with the metric
 
@@ -64,8 +64,8 @@ class PluginFiles:
                 for name, s in report.statistics.items()
                 if np.size(s.min_per_channel)
             }
-        if report.name != "quantized_graph":
-            return None
+        if report.name != "quantized_graph" or report.similarity is None:
+            return None  # nothing to diagnose without the analysis (DebugConfig(analyze_similarity=False))
         self._page = self._summary(folder.name, report.graph, report.memory, report.similarity)
         return write(folder, self._page)
 

@@ -150,5 +150,6 @@ def test_the_closing_line_opens_a_call_folder_whose_path_has_spaces(fw, tmp_path
     console = capsys.readouterr().err.splitlines()[-1]
     logged = (info.log_folder / "mct.log").read_text(encoding="utf-8").splitlines()[-1]
     for line in (console, logged):
-        command = shlex.split(line.split("this call", 1)[1].split(":", 1)[1])
+        # (the console's line then gives the Quantization dashboard's URL: " and open <url>")
+        command = shlex.split(line.split("this call", 1)[1].split(":", 1)[1].split(" and open ", 1)[0])
         assert command == ["tensorboard", "--logdir", str(info.log_folder)], line
