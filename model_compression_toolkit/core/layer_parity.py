@@ -81,22 +81,12 @@ def quantized_layers(graph: Graph) -> list[LayerGrid]:
             continue
         grid = act.grid
         scale, zero = float(np.asarray(grid.scale)), float(np.asarray(grid.zero_point))
-        axis = (
-            node.channel_axis
-            if node.channel_axis is not None
-            else (1 if graph.framework == "pytorch" else -1)
-        )
-        layers.append(
-            LayerGrid(
-                node.name,
-                node.layer_type,
-                scale,
-                _computed_by(graph, node.name),
-                (grid.qmin - zero) * scale,
-                (grid.qmax - zero) * scale,
-                axis,
-            )  # fmt: skip
-        )
+        axis = node.channel_axis
+        if axis is None:
+            axis = 1 if graph.framework == "pytorch" else -1
+        computed_by = _computed_by(graph, node.name)
+        low, high = (grid.qmin - zero) * scale, (grid.qmax - zero) * scale
+        layers.append(LayerGrid(node.name, node.layer_type, scale, computed_by, low, high, axis))
     return layers
 
 
