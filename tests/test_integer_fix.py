@@ -144,6 +144,35 @@ def test_without_an_integer_target_equalization_is_listed_beside_the_per_layer_f
     assert "equalize channels" in info.similarity.summary()
 
 
+def test_where_nothing_integer_restores_the_report_says_so_instead_of_suggesting_float(fw, trained_digits):
+    """Case d of `tests.test_diagnosis`: a ReLU whose grid clips (``z_threshold=2``), fixed
+    there by keeping it float. On an int8 target neither 16 bits nor float is allowed."""
+    model, x_train, _, _ = trained_digits
+    relu = (
+        "2"
+        if fw.name == "pytorch"
+        else next(layer.name for layer in model.layers if type(layer).__name__ == "ReLU")
+    )
+    editor = mct.core.network_editor
+    rule = editor.EditRule(
+        filter=mct.core.common.network_editors.NodeNameFilter(relu),
+        action=editor.ChangeCandidatesActivationQuantConfigAttr(z_threshold=2),
+    )
+    debug = dataclasses.replace(ANALYZE, network_editor=[rule])
+    _, info = fw.ptq(
+        model,
+        representative_dataset(x_train),
+        core_config=mct.core.CoreConfig(debug_config=debug, integer_only=True),
+    )
+    report = info.similarity
+    fix = report.suggested_fix()
+    assert report.quantizers[0].name == relu and report.quantizers[0].cause, report.summary()
+    assert not fix.activations and not fix.weights and not fix.activation_bits, fix.summary()
+    assert "nothing integer restores the output" in report.summary(), report.summary()
+    ruled_out = {a.name for a in fix.alternatives if not a.allowed}
+    assert ruled_out == {"16-bit activations", "keep float"}, fix.summary()
+
+
 def test_tuning_on_an_integer_target_equalizes_in_trial_2(fw):
     bad, names, x_train, x_test, y_test = damaged(fw, "a")
     tuned = getattr(mct.ptq, f"{fw.name}_tuned_post_training_quantization")

@@ -317,11 +317,15 @@ def suggest_fix(
     best.integer_only, best.target = menu.integer_only, menu.target
     best.alternatives = [alternative(f, f is best) for f in tried] + not_allowed(entries, graph, menu)
     if menu.integer_only and not best.restores:
-        measured = best.output_sqnr_db_after if tried else before
+        found = (
+            f"the best integer fix measured leaves {best.output_sqnr_db_after:.1f} dB"
+            if tried
+            else f"no integer change the target allows applies to these causes (the output stays at {before:.1f} dB)"
+        )
         best.note = (
-            f"nothing integer restores the output on this target ({menu.target}): the best integer fix measured "
-            f"leaves {measured:.1f} dB (under {CAUSE_DB:g} dB); no layer is kept float, since the target runs "
-            "integers only. Check the task metric, or quantize for a target that allows more bits."
+            f"nothing integer restores the output on this target ({menu.target}): {found}, under {CAUSE_DB:g} dB; "
+            "no layer is kept float, since the target runs integers only. Check the task metric, or quantize for "
+            "a target that allows more bits."
         )
     return best
 

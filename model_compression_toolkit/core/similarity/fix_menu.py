@@ -117,6 +117,8 @@ class FixAlternative:
     chosen: bool = False
 
     def line(self) -> str:
+        if not self.allowed:
+            return f"{self.name}: {self.change}: not allowed on this target"
         gives = "not measured" if self.output_sqnr_db is None else f"output SQNR {self.output_sqnr_db:.1f} dB"
         cost = f"{self.weights_bytes / 1024:+.1f} KiB weights, {self.activation_bytes / 1024:+.1f} KiB activations"
         floats = f", {self.float_layers} float" if self.float_layers else ""
