@@ -83,6 +83,36 @@ def test_equalization_leaves_the_float_outputs_unchanged_and_brings_the_outlier_
     )
 
 
+@pytest.mark.parametrize(
+    "function, attrs, pairs",
+    [
+        ("relu", {}, 1),
+        ("leaky_relu", {}, 1),
+        ("relu6", {}, 0),
+        ("relu", {"max_value": 4.0}, 0),
+        ("silu", {}, 0),
+    ],
+)
+def test_only_positively_homogeneous_ops_are_equalized_through(function, attrs, pairs):
+    """ReLU commutes with a positive per-channel scale; a capped ReLU or a SiLU does not, and
+    equalizing through it would change the float model."""
+    from model_compression_toolkit.core.graph import Graph, Node, OpKind
+
+    rng = np.random.default_rng(0)
+    g = Graph("g", "numpy")
+    conv = {"kernel": (0,)}
+    g.add_node(Node("x", OpKind.INPUT, "input", output_shapes=[(None, 3, 8, 8)], channel_axis=1))
+    g.add_node(Node("c1", OpKind.CONV, "Conv", weights={"kernel": rng.normal(size=(4, 3, 3, 3))}, kernel_axes=conv,
+                    kernel_in_axis={"kernel": 1}, output_shapes=[(None, 4, 8, 8)], channel_axis=1))  # fmt: skip
+    g.add_node(Node("act", OpKind.ACTIVATION, "Act", attrs={"function": function, **attrs}, channel_axis=1))
+    g.add_node(Node("c2", OpKind.CONV, "Conv", weights={"kernel": rng.normal(size=(2, 4, 3, 3))}, kernel_axes=conv,
+                    kernel_in_axis={"kernel": 1}, output_shapes=[(None, 2, 8, 8)], channel_axis=1))  # fmt: skip
+    for src, dst in (("x", "c1"), ("c1", "act"), ("act", "c2")):
+        g.add_edge(src, dst)
+    g.inputs, g.outputs = ["x"], [("c2", 0)]
+    assert len(find_pairs(g)) == pairs
+
+
 def test_activation_channel_equalization_is_accepted_and_restores_the_outlier_case(fw):
     bad, names, x_train, x_test, y_test = damaged(fw, "a")
     own = weights_of(fw, bad)

@@ -61,7 +61,8 @@ class EqualizationPair:
 
 def _homogeneous(node: Node) -> bool:
     if node.kind == OpKind.ACTIVATION:
-        return str(node.attrs.get("function") or "").lower() in HOMOGENEOUS_FUNCTIONS
+        capped = node.attrs.get("max_value") is not None or bool(node.attrs.get("threshold"))  # Keras ReLU(4)
+        return str(node.attrs.get("function") or "").lower() in HOMOGENEOUS_FUNCTIONS and not capped
     return node.kind in _PASSING
 
 
