@@ -54,7 +54,14 @@ export function graphView(graph, quantizers) {
   for (const [src, dst] of graph.edges) {
     const a = place[src], b = place[dst];
     if (!a || !b) continue;
-    drawing.append(svg('line', {x1: a.x + BOX.w / 2, y1: a.y + BOX.h, x2: b.x + BOX.w / 2, y2: b.y, class: 'edge'}));
+    const [x1, y1, x2, y2] = [a.x + BOX.w / 2, a.y + BOX.h, b.x + BOX.w / 2, b.y];
+    if (depth[dst] - depth[src] > 1 && a.x === b.x) {  // a skip connection: around the layers between, on the right
+      const side = a.x + BOX.w + BOX.gapX / 2;
+      drawing.append(svg('path', {d: `M ${a.x + BOX.w} ${a.y + BOX.h / 2} C ${side} ${a.y + BOX.h / 2}, ${side} ${b.y + BOX.h / 2}, ` +
+        `${b.x + BOX.w} ${b.y + BOX.h / 2}`, class: 'edge skip'}));
+    } else {
+      drawing.append(svg('line', {x1, y1, x2, y2, class: 'edge'}));
+    }
   }
   for (const node of graph.nodes) {
     const {x, y} = place[node.name];
