@@ -37,3 +37,20 @@ def layer_name(node_name: str) -> str:
 def layer_names(acc: ea.EventAccumulator) -> set[str]:
     """The layers of a stage's graph (the colour legend's nodes left out)."""
     return {layer_name(n.name) for n in acc.Graph().node if n.op != "legend"}
+
+
+def tagged_graphs(log_folder: Path, run: str) -> dict[str, str]:
+    """Tag -> the graph (pbtxt) TensorBoard's own Graphs plugin serves for that tag of ``run``."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.graph import graphs_plugin
+
+    mux = plugin_event_multiplexer.EventMultiplexer()
+    mux.AddRunsFromDirectory(str(log_folder))
+    mux.Reload()
+    provider = data_provider.MultiplexerDataProvider(mux, str(log_folder))
+    plugin = graphs_plugin.GraphsPlugin(base_plugin.TBContext(logdir=str(log_folder), multiplexer=mux, data_provider=provider))
+    ctx = context.RequestContext()
+    tags = plugin.info_impl(ctx, "").get(run, {}).get("tags", {})
+    return {tag: plugin.graph_impl(ctx, run, tag, False, "")[0] for tag, item in tags.items() if item["op_graph"]}

@@ -1,4 +1,5 @@
-"""Accuracy-driven tuning: the damaged layer is kept float, and every trial reads back as a run."""
+"""Accuracy-driven tuning: the damaged layer is kept float, and every trial reads back inside the
+call's own runs (a graph tag and a histogram step per trial)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from model_compression_toolkit.core.preparation import KEPT_FLOAT
 from model_compression_toolkit.errors import ConfigurationError
 from model_compression_toolkit.observers.stage_view import stage_run
 from tests.fixtures.damage import outlier_weight
-from tests.tb import load, run_folders
+from tests.tb import load, run_folders, tagged_graphs
 from tutorials import digits
 from tutorials.digits import representative_dataset
 
@@ -66,25 +67,32 @@ def test_tuning_keeps_the_damaged_layer_float_and_logs_every_trial(fw, trained_d
 
     (run,) = run_folders(tmp_path)
     names = sorted(p.name for p in run.iterdir() if p.is_dir())
-    trials = sorted((n for n in names if TRIAL.fullmatch(n)), key=lambda n: int(TRIAL.fullmatch(n)[1]))
-    assert not [n for n in names if BASELINE.fullmatch(n)]  # the float model is 1_initial_graph and step 0
-    assert trials == [t.run_name for t in tuning.trials]
+    assert not [n for n in names if BASELINE.fullmatch(n) or TRIAL.fullmatch(n)]  # no run of their own
     assert run.name.split("_")[-2] == "tuned" and stage_run("quantized_graph") in names  # trial 1: the plain PTQ
     runs = {p.parent for p in run.rglob("events.out.tfevents.*")}
-    assert len(runs) == 8 + len(tuning.trials) + 1  # stages and statistics, a run per trial, tuning
-    tags = None
-    for name in trials:
-        acc = load(run / name)
-        assert acc.Tags()["graph"] and "Resources" in acc.Tags()["run_metadata"]
-        assert tags is None or set(acc.Tags()["histograms"]) == tags
-        tags = set(acc.Tags()["histograms"])
-        assert all([e.step for e in acc.Histograms(t)] == [0, 1] for t in tags)  # float, then this trial
-    assert tags and tags <= {layer.name for layer in info.similarity.layers}
-    summary = load(run / "tuning")
-    steps = [e.step for e in summary.Scalars("tuning/accuracy")]
+    assert len(runs) == 8  # a tuned call writes the runs a plain call writes: five calls stay under 40
+    acc = load(run / stage_run("quantized_graph"))
+    # each later trial's graph is a tag of the run, served by TensorBoard's own Graphs plugin
+    graphs = tagged_graphs(run, stage_run("quantized_graph"))
+    later = [t for t in tuning.trials if t.n > 1]
+    assert later and set(graphs) == {t.run_name for t in later}, sorted(graphs)
+    for t in later:
+        assert all(f'name: "{n}"' in graphs[t.run_name] for n in acc_names(acc)), t.run_name
+    # the compare points' histograms: float at step 0, trial n at step n
+    compare = [t for t in acc.Tags()["histograms"] if t in {layer.name for layer in info.similarity.layers}]
+    assert compare
+    trials = [t.n for t in tuning.trials]
+    assert all([e.step for e in acc.Histograms(t)] == [0, *trials] for t in compare)
+    steps = [e.step for e in acc.Scalars("tuning/accuracy")]
     assert steps == list(range(len(tuning.trials) + 1))
-    assert summary.Scalars("tuning/accuracy")[0].value == pytest.approx(tuning.baseline_score)
-    assert "tuning/trials" in summary.Tags()["tensors"]
+    assert acc.Scalars("tuning/accuracy")[0].value == pytest.approx(tuning.baseline_score)
+    assert "tuning/trials" in acc.Tags()["tensors"]
+
+
+def acc_names(acc) -> set[str]:
+    """The run graph's layer nodes (the colour legend's nodes left out): every trial's graph
+    has the same layers, kept float or not."""
+    return {node.name for node in acc.Graph().node if node.op != "legend"}
 
 
 def test_target_not_met_warns_and_returns_the_best_trial(fw, trained_digits):

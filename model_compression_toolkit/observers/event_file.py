@@ -33,7 +33,16 @@ from typing import IO, Any
 
 import google_crc32c
 import numpy as np
-from tensorboard.compat.proto import config_pb2, event_pb2, graph_pb2, summary_pb2
+from tensorboard.compat.proto import (
+    config_pb2,
+    event_pb2,
+    graph_pb2,
+    summary_pb2,
+    tensor_pb2,
+    tensor_shape_pb2,
+    types_pb2,
+)
+from tensorboard.plugins.graph.metadata import PLUGIN_NAME_RUN_METADATA_WITH_GRAPH as GRAPH_WITH_RUN_METADATA
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.image import metadata as image_metadata
 
@@ -185,6 +194,23 @@ class RunWriter:
             tagged = event_pb2.TaggedRunMetadata(tag=clean_tag(tag), run_metadata=metadata.SerializeToString())
             self.add_events([event_pb2.Event(wall_time=time.time(), tagged_run_metadata=tagged)])
 
+    def add_tagged_graph(self, tag: str, graph: graph_pb2.GraphDef) -> None:
+        """A second graph in this run, chosen by ``tag`` in the Graphs dashboard's Tag menu
+        (TensorBoard's ``graph_run_metadata_graph`` summary: a RunMetadata holding it)."""
+        if self.disabled:
+            return
+        metadata = config_pb2.RunMetadata()
+        metadata.function_graphs.add().pre_optimization_graph.CopyFrom(graph)
+        plugin = summary_pb2.SummaryMetadata.PluginData(plugin_name=GRAPH_WITH_RUN_METADATA, content=b"1")
+        tensor = tensor_pb2.TensorProto(
+            dtype=types_pb2.DT_STRING, string_val=[metadata.SerializeToString()],
+            tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+        )  # fmt: skip
+        value = summary_pb2.Summary.Value(
+            tag=clean_tag(tag), tensor=tensor, metadata=summary_pb2.SummaryMetadata(plugin_data=plugin)
+        )
+        self._summary([value], 0)
+
     def add_histogram(self, tag: str, histogram: summary_pb2.HistogramProto, step: int = 0) -> None:
         self._summary([summary_pb2.Summary.Value(tag=clean_tag(tag), histo=histogram)], step)
 
@@ -255,5 +281,6 @@ class NullRunWriter:
     def _nothing(self, *args: Any, **kwargs: Any) -> None:
         return None
 
-    add_events = add_graph = add_run_metadata = add_histogram = add_histograms = add_histogram_pairs = _nothing
+    add_events = add_graph = add_tagged_graph = add_run_metadata = add_histogram = add_histograms = _nothing
+    add_histogram_pairs = _nothing
     add_scalar = add_scalar_series = add_text = add_image = flush = close = disable = _nothing

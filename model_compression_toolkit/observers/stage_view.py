@@ -61,10 +61,15 @@ def stage_run(stage: str) -> str:
     return STAGE_RUNS[stage]
 
 
-def write_graph(writer: RunWriter, graph: Graph, memory: Mapping, report=None) -> None:
-    """The graph, its ``Resources`` and, with a similarity report, its colours by error."""
+def write_graph(writer: RunWriter, graph: Graph, memory: Mapping, report=None, tag: str | None = None) -> None:
+    """The graph, its ``Resources`` and, with a similarity report, its colours by error.
+    With ``tag``: a second graph of the run, under that tag (no ``Resources`` of its own)."""
     devices, legend = error_devices(graph, report) if report is not None else (None, ())
-    writer.add_graph(graph_def(graph, graph_attrs(graph, memory, report), devices, legend))
+    proto = graph_def(graph, graph_attrs(graph, memory, report), devices, legend)
+    if tag is not None:
+        writer.add_tagged_graph(tag, proto)
+        return
+    writer.add_graph(proto)
     writer.add_run_metadata(RESOURCES_TAG, run_metadata(graph, memory, devices))
 
 

@@ -3,8 +3,8 @@
     stage_finished(report)  -> <n>_<stage>/ runs (`stage_view`); at quantized_graph also the
                                similarity and mixed-precision report files (`report_files`) and
                                the Quantization dashboard's page (`plugin_files`)
-    trial_finished(report)  -> tune_<n>_acc_<score>/ (`tuning_view`)
-    tuning_finished(result) -> tuning/
+    trial_finished(report)  -> 5_quantized_graph/: trial n's graph tag and step n (`tuning_view`)
+    tuning_finished(result) -> 5_quantized_graph/: scores per trial and the trials table
 
 A write failure (disk full) never reaches the quantization: the observer warns once,
 naming the file that failed, stops writing to this call folder and leaves what was
@@ -37,7 +37,6 @@ from model_compression_toolkit.observers.tables import code
 from model_compression_toolkit.pipeline.events import Progress, StageReport, TrialReport
 
 logger = logging.getLogger("model_compression_toolkit")
-TUNING_RUN = "tuning"
 
 
 class TensorBoardObserver:
@@ -166,13 +165,13 @@ class TensorBoardObserver:
         self._plugin.trial_finished(report)
         self._in_runs(
             lambda open_writer: tuning_view.write_evaluation(
-                open_writer(report.trial.run_name), report.graph, report.memory, report.similarity
+                open_writer(stage_run("quantized_graph")), report.trial, report.graph, report.memory, report.similarity
             )
         )
 
     def tuning_finished(self, result: TuningResult) -> None:
         self._files(lambda folder: self._plugin.tuning_finished(folder, result))
-        self._in_runs(lambda open_writer: tuning_view.write_tuning(open_writer(TUNING_RUN), result))
+        self._in_runs(lambda open_writer: tuning_view.write_tuning(open_writer(stage_run("quantized_graph")), result))
 
     def call_failed(self, error: BaseException) -> None:
         """Add to the Text summary of the last stage written that the run stopped, and why."""

@@ -1,12 +1,14 @@
-"""Accuracy-driven tuning in TensorBoard: one run per evaluated trial, as LPOT names them.
+"""Accuracy-driven tuning in TensorBoard, inside the call's own runs: a tuned call writes
+the same 8 runs as a plain one, so five calls, tuned or not, stay under TensorBoard's 40.
 
-    <call folder>/tune_1_acc_61.4610/  Graphs      the trial's quantized graph, coloured by error
-                                                   ("Color: Device"); `Resources` at its bit-widths
-                                       Histograms  <compare point>: step 0 the float model's output,
-                                                   step 1 this trial's, on the same bins
-    <call folder>/tune_2_acc_96.9773/  ... the same tags, so trials compare tag by tag
-    <call folder>/tuning/              Scalars     tuning/accuracy, tuning/drop (step = trial, 0 = float)
-                                       Text        tuning/trials (trial, layers kept float, score, drop, memory)
+    <call folder>/5_quantized_graph/  Graphs      run graph: trial 1 (the plain PTQ, as staged);
+                                                  Tag tune_<n>_acc_<score>: trial n's quantized
+                                                  graph, coloured by error ("Color: Device")
+                                      Histograms  <compare point>: step 0 the float model's output,
+                                                  step n trial n's, so trials overlay in one card
+                                      Scalars     tuning/accuracy, tuning/drop (step = trial, 0 = float)
+                                      Text        tuning/trials (trial, what it changed, score, drop,
+                                                  memory, graph tag)
 
 The float model needs no run of its own: its graph is ``1_initial_graph`` and its outputs
 are step 0 of every histogram. Every function takes the writer and the data; with logging
@@ -21,9 +23,9 @@ from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.memory import NodeMemory
 from model_compression_toolkit.core.numbers import format_bytes
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult
-from model_compression_toolkit.core.tuning import TuningResult
+from model_compression_toolkit.core.tuning import TuningResult, TuningTrial
 from model_compression_toolkit.observers.event_file import RunWriter
-from model_compression_toolkit.observers.similarity_view import histogram_titles, pair_histograms
+from model_compression_toolkit.observers.similarity_view import pair_histograms
 from model_compression_toolkit.observers.stage_view import stage_run, write_graph
 from model_compression_toolkit.observers.tables import code, markdown_table
 
@@ -33,22 +35,25 @@ TRIALS_TAG = "tuning/trials"
 
 
 def write_evaluation(
-    writer: RunWriter, graph: Graph, memory: Mapping[str, NodeMemory], similarity: SimilarityResult
+    writer: RunWriter, trial: TuningTrial, graph: Graph, memory: Mapping[str, NodeMemory], similarity: SimilarityResult
 ) -> None:
-    """One evaluated trial: its graph coloured by error, `Resources` run metadata, and its
-    compare points' histograms against the float model's.
+    """One evaluated trial, into the call's ``5_quantized_graph`` run: its graph coloured by
+    error under the tag ``trial.run_name``, and its compare points' quantized histograms at
+    step ``trial.n`` beside the float model's (step 0). Trial 1 is the staged PTQ, whose
+    stage wrote both already.
 
     Args:
-        writer: the trial's run (``tune_<n>_acc_<score>``).
+        writer: the ``5_quantized_graph`` run.
+        trial: the trial (its number and its graph's tag).
         graph: the trial's quantized graph.
         memory: bytes per node at the graph's bit-widths.
         similarity: the trial's comparison with the float model.
     """
-    if writer.disabled:
+    if writer.disabled or trial.n == 1:
         return
-    write_graph(writer, graph, memory, similarity.report)
+    write_graph(writer, graph, memory, similarity.report, tag=trial.run_name)
     pairs = {name: protos for name, pair in similarity.histograms.items() if (protos := pair_histograms(pair))}
-    writer.add_histogram_pairs(pairs, histogram_titles(similarity.report, pairs))
+    writer.add_histograms({tag: pair[1] for tag, pair in pairs.items()}, step=trial.n)
     writer.flush()
 
 
@@ -74,7 +79,7 @@ def trials_markdown(result: TuningResult) -> str:
                 f"{t.score:.4f}",
                 result.format_drop(t.drop),
                 format_bytes(t.weights_bytes),
-                code(t.run_name),
+                code(stage_run("quantized_graph")) if t.n == 1 else f"tag {code(t.run_name)}",
             ]
         )
     verdict = "met" if result.target_met else "**not met**"
@@ -83,12 +88,13 @@ def trials_markdown(result: TuningResult) -> str:
         f"returned trial {result.best_trial}\n\n"
     )
     return head + markdown_table(
-        ["trial", "layers kept float", "score", "drop", "weights memory", "run"], rows
+        ["trial", "layers kept float", "score", "drop", "weights memory", "graph"], rows
     )
 
 
 def write_tuning(writer: RunWriter, result: TuningResult) -> None:
-    """The ``tuning`` run: score and drop per trial (step 0 = the float model), and the table."""
+    """Into the ``5_quantized_graph`` run: score and drop per trial (step 0 = the float
+    model), and the table of trials."""
     if writer.disabled:
         return
     writer.add_scalar(ACCURACY_TAG, result.baseline_score, step=0)
