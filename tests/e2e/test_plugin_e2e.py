@@ -116,3 +116,28 @@ def test_clicking_the_cause_shows_its_numbers_and_its_histogram(page):
     assert "cause: damages the output on its own" in panel, panel
     assert f"rounded to 0: {layer.zero_rounded_percent:.1f} %" in panel, panel
     assert f"{layer.sqnr_db:.1f} dB" in panel, panel  # accumulated
+
+
+def test_the_list_of_calls_opens_the_call_and_the_url_names_it(page):
+    """Back to the list, open the call from it: TensorBoard's URL names the call, and loading
+    that URL afresh opens its page again (a reload, or a link shared)."""
+    driver, _, _, info, _ = page
+    driver.execute_script("document.querySelector('nav button').click()")
+    rows = browser.wait_for(
+        lambda: driver.execute_script("return document.querySelector('table.calls')?.textContent"),
+        PAGE_TIMEOUT_S, "the list of calls",
+    )  # fmt: skip
+    assert info.log_folder.name in rows and info.model_name in rows, rows
+    driver.execute_script("document.querySelector('button[data-run]').click()")
+    browser.wait_for(
+        lambda: driver.execute_script("return !!document.querySelector('.verdict')"),
+        PAGE_TIMEOUT_S,
+        "the page",
+    )
+    driver.switch_to.default_content()
+    url = driver.current_url
+    assert url.endswith(f"#quantization&run={info.log_folder.name}"), url
+    open_call(driver, url)  # afresh: the call's page, the driver back in its frame
+    assert driver.execute_script("return document.querySelector('h2').textContent").endswith(
+        info.log_folder.name
+    )

@@ -40,14 +40,22 @@ async function landing(root, open) {
     el('table', {class: 'calls'}, el('thead', {}, el('tr', {}, head.map((h) => el('th', {}, h)))), el('tbody', {}, rows)));
 }
 
+/** TensorBoard's URL names the call shown, so a reload or a shared link opens it again. */
+function remember(run) {
+  try {
+    const hash = run ? `#quantization&run=${encodeURIComponent(run)}` : '#quantization';
+    window.parent.history.replaceState(window.parent.history.state, '', hash);
+  } catch (e) { /* TensorBoard in another origin: the URL stays as it is */ }
+}
+
 export async function render() {
   const root = el('main', {id: 'quantization'});
   document.head.append(style());
   document.body.replaceChildren(root);
   const show = async (run) => {
     try {
-      if (run) await callPage(root, run, () => show(null));
-      else await landing(root, show);
+      if (run) await callPage(root, run, () => { remember(null); show(null); });
+      else await landing(root, (chosen) => { remember(chosen); show(chosen); });
     } catch (error) {
       root.replaceChildren(el('p', {class: 'error'}, String(error)), el('button', {on: {click: () => show(null)}}, 'All calls'));
     }
