@@ -17,6 +17,7 @@ them as text is the frontend's job.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -96,8 +97,13 @@ class PluginFiles:
 def write(folder: Path, page: dict[str, Any]) -> Path:
     """``page`` as ``<folder>/quantization_call.json`` (written whole, then renamed into place)."""
     path, partial = folder / PLUGIN_FILE, folder / (PLUGIN_FILE + ".partial")
-    partial.write_text(json.dumps(json_safe(page), indent=1, allow_nan=False), encoding="utf-8")
-    partial.replace(path)
+    try:
+        partial.write_text(json.dumps(json_safe(page), indent=1, allow_nan=False), encoding="utf-8")
+        partial.replace(path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)  # a full disk leaves no half file behind
+        raise
     return path
 
 
