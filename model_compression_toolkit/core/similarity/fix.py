@@ -293,9 +293,11 @@ def suggest_fix(
     channels equalized, each measured with ``probe``; the cheapest that restores the output
     (`CAUSE_DB`), the alternatives listed with it.
 
-    ``float -> equalize channels -> 16-bit activations -> more weight bits -> keep float``,
-    the last two only as the target allows; on an integer-only target, when nothing
-    integer restores, the best integer fix is returned with a note that says so.
+    The menu, cheapest first: ``equalize channels -> 16-bit activations -> more weight bits
+    -> keep float``, each but the first only as the target allows. On an integer-only
+    target the cheapest that restores is suggested, and when nothing integer restores, the
+    best integer fix, with a note that says so; elsewhere the per-layer fix stays the
+    suggestion when it restores (`fix_menu.choose`).
     """
     menu = menu or FixMenu()
     stats = stats or {}
