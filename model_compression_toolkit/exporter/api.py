@@ -101,7 +101,8 @@ class ExportResult(dict):
         worst = max((p.max_steps or 0.0 for p in self.parity), default=0.0)
         return (
             f"ExportResult({str(self.path)!r}, {self.serialization_format.name}/{self.quantization_format.name}, "
-            f"{self.file_bytes} bytes, parity {'ok' if self.parity_ok else 'FAILED'} (max {worst:.2f} steps))"
+            f"{self.file_bytes} bytes, parity {'ok' if self.parity_ok else 'FAILED'} (max {worst:.2f} steps)"
+            + (f", first departing layer {first.layer!r})" if (first := self.parity.first_departure) else ")")
         )
 
 
@@ -249,7 +250,11 @@ def _parity(
             )
         reference.append(ref)
         exported.append(out)
-        floor.append(backend.forward(model, perturbed(batch, seed=index)))
+        jittered = getattr(runtime, "floor_model", None)  # noise at every quantizer, not only on the inputs
+        if jittered is not None:
+            floor.append(backend.forward(jittered, batch))
+        else:
+            floor.append(backend.forward(model, perturbed(batch, seed=index)))
         if rounded is not None:
             biased.append(backend.forward(rounded, batch))
     if not batches:
