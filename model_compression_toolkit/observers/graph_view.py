@@ -206,10 +206,13 @@ class _Similarity:
             out.append(f"its weights lose {weights.lost_input_channels_percent:.0f} % of input channels")
         layer = self.layer_of(node.name)
         if layer is not None and node.quant.is_quantized:
-            impact = layer.output_sqnr_db
+            own = [e for kind in ("weights", "activation") if (e := self.entries.get((node.name, kind))) is not None]
+            impacts = [v for e in own if (v := finite_or_none(e.output_sqnr_db)) is not None]
+            impact = min(impacts) if impacts else (layer.output_sqnr_db if not own else None)
             measured = f" (output SQNR {impact:.1f} dB with its quantizers alone)" if impact is not None else ""
-            text = f"own error at the output {layer.damage_class}{measured}"
-            if layer.role == "cause":
+            cls = self.error_class(node)
+            text = f"own error at the output {'low' if cls == 'inherited' else cls}{measured}"
+            if any(e.cause for e in own) or (not own and layer.role == "cause"):
                 text += ": a cause"
             out.append(text)
         if layer is not None and layer.role == "inherits":
@@ -217,13 +220,36 @@ class _Similarity:
         return "".join(f"; {part}" for part in out)
 
     def error_class(self, node: Node) -> str:
-        """The node's colour class: ``high``, ``medium``, ``low``, ``inherited`` or ``none``."""
+        """The node's colour class: ``high``, ``medium``, ``low``, ``inherited`` or ``none``.
+
+        Judged on the node's own quantizers only (its weights, its output), each by what it
+        alone does to the model output: a conv is not blamed for the grid of the ReLU fused
+        after it, nor a ReLU for the conv's weights. A quantized node whose own quantizers
+        are harmless but whose output carries an earlier cause's damage is ``inherited``.
+        """
         layer = self.layer_of(node.name)
         if layer is None or not node.quant.is_quantized:
             return "none"
-        if layer.role == "inherits" and layer.damage_class == "low":
+        own = [e for kind in ("weights", "activation") if (e := self.entries.get((node.name, kind))) is not None]
+        if not own:  # a report without quantizer entries: the compare point's class
+            worst = layer.damage_class
+        else:
+            worst = max((_entry_class(e) for e in own), key=_SEVERITY.index)
+        if worst == "low" and layer.role in ("inherits", "cause"):
             return "inherited"
-        return layer.damage_class
+        return worst
+
+
+_SEVERITY = ("low", "medium", "high")
+
+
+def _entry_class(entry: QuantizerEntry) -> str:
+    """One quantizer's class: ``high`` for a cause, ``medium`` when its output impact is under
+    `CANDIDATE_DB`, else ``low`` (its own error too small to be worth measuring)."""
+    if entry.cause:
+        return "high"
+    impact = finite_or_none(entry.output_sqnr_db)
+    return "medium" if impact is not None and impact < CANDIDATE_DB else "low"
 
 
 def error_devices(graph: Graph, report: SimilarityReport) -> tuple[dict[str, str], list[tuple[str, str]]]:
