@@ -12,6 +12,7 @@ point of float accuracy (the fix), so they hold on any CPU.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -148,6 +149,12 @@ def test_on_an_integer_target_the_fix_is_integer_restores_accuracy_and_exports_w
         fix.summary()
     )
     assert [a.name for a in fix.alternatives if a.chosen] == ["equalize channels"], fix.summary()
+    saved = json.loads(info.similarity.to_json())["suggested_fix"]  # the report file says the same
+    assert (
+        saved["equalize"]
+        and saved["alternatives"][0]["name"] == "equalize channels"
+        and saved["integer_only"]
+    )
     fixed, _ = fw.ptq(
         bad, gen, core_config=dataclasses.replace(config, keep_float=fix), **platform(fw, target)
     )
