@@ -34,6 +34,7 @@ docs: $(STAMP)
 # Side by side with Sony MCT 2.6.1 in its own environment (several GB; not part of CI).
 bench:
 	bash bench/run.sh
+	bash bench/peers.sh
 
 # Refreshes the TensorBoard screenshots used in the docs (headless Chromium).
 screenshots: $(STAMP)

