@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from model_compression_toolkit.core.calibration.shared_grids import share_grids
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics, StatisticsCollector
@@ -27,9 +27,7 @@ from model_compression_toolkit.core.equalization import EqualizationPair, equali
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.similarity.causes import ACTIVATION, ImpactProbe, QuantizerEntry, isolate
 
-if TYPE_CHECKING:
-    from model_compression_toolkit.core.similarity.fix import SuggestedFix
-
+Fix = Any  # a `fix.SuggestedFix` (fix imports this module, so it is not imported here)
 MORE_BITS = (4, 6, 8, 12, 16)  # the weight bit-widths a fix may give a layer, fewest first
 MORE_ACTIVATION_BITS = 16  # the bits a fix may give an activation before keeping it float
 INTEGER_MAX_BITS = 8  # an integer-only target without a platform model: int8
@@ -202,7 +200,7 @@ def not_allowed(entries: Sequence[QuantizerEntry], graph: Graph, menu: FixMenu) 
     return out + [FixAlternative("keep float", names, float_layers=len(causes), allowed=False)]
 
 
-def choose(tried: Sequence[SuggestedFix], menu: FixMenu) -> SuggestedFix:
+def choose(tried: Sequence[Fix], menu: FixMenu) -> Fix:
     """The cheapest fix that restores the output (no float layer first, then fewest bytes);
     without ``menu.prefer_equalization`` the per-layer fix stays when it restores; when
     none does, the one that gives the most."""
@@ -223,7 +221,7 @@ def choose(tried: Sequence[SuggestedFix], menu: FixMenu) -> SuggestedFix:
     )
 
 
-def alternative(fix: SuggestedFix, chosen: bool) -> FixAlternative:
+def alternative(fix: Fix, chosen: bool) -> FixAlternative:
     if fix.equalize:
         name, change = "equalize channels", "; ".join(fix.equalized_pairs)
     else:
