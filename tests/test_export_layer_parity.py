@@ -129,18 +129,27 @@ def test_export_run_shows_the_per_layer_table(framework, tmp_path):
     assert "| first departing layer | none |" in summary
 
 
-def test_offset_and_one_step_rounding_are_told_apart():
-    """The reasons, on constructed tensors: a constant offset, then ties rounded the other way."""
+def test_the_reasons_are_told_apart():
+    """On constructed tensors: ties rounded the other way, a layer computed otherwise than its
+    inputs explain, a constant offset."""
     rng = np.random.default_rng(0)
     step = 0.05
     ours = np.round(rng.uniform(0, 5, size=(8, 100)) / step) * step
-    offset, ties = LayerAccumulator(LayerGrid("a", "Add", step, ("a",)), "t_a"), None
-    offset.add(ours, ours + 3 * step)
     ties = LayerAccumulator(LayerGrid("b", "ReLU", step, ("b",)), "t_b")
     flipped = ours.copy()
-    flipped[0, :5] += step
+    flipped[0, :5] += step  # 5 of 800 values one step off
     ties.add(ours, flipped)
-    table = explain([ties, offset])
-    assert [r.departs for r in table.rows] == [False, True] and table.first_departure.layer == "a"
+    otherwise = LayerAccumulator(LayerGrid("c", "Mul", step, ("c",), inputs=("b",)), "t_c")
+    noisy = ours.copy()
+    noisy[:, ::10] += 3 * step * rng.choice([-1, 1], size=noisy[:, ::10].shape)  # 10 % three steps off
+    otherwise.add(ours, noisy)
+    offset = LayerAccumulator(LayerGrid("a", "Add", step, ("a",)), "t_a")
+    offset.add(ours, ours + 3 * step)
+    table = explain([ties, otherwise, offset])
+    assert [r.departs for r in table.rows] == [False, True, True] and table.first_departure.layer == "c"
     assert "requantization" in table.rows[0].why and "0.62 %" in table.rows[0].why
-    assert "constant offset of +3.00 steps" in table.rows[1].why
+    assert (
+        "computed otherwise by the runtime: 10 % of values" in table.rows[1].why
+        and "`b`" in table.rows[1].why
+    )
+    assert "constant offset of +3.00 steps" in table.rows[2].why

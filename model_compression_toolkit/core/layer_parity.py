@@ -44,6 +44,7 @@ class LayerGrid:
         low / high: the grid's smallest and largest values (a value there may be clipped).
         channel_axis: the output's channel axis, for the per-channel fit of a difference
             (the node's, else the framework's: 1 for PyTorch, -1 for Keras).
+        inputs: the layers whose tensors ``computed_by`` reads (quantized layers, graph inputs).
     """
 
     name: str
@@ -53,6 +54,7 @@ class LayerGrid:
     low: float = -math.inf
     high: float = math.inf
     channel_axis: int | None = None
+    inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,24 +86,28 @@ def quantized_layers(graph: Graph) -> list[LayerGrid]:
         axis = node.channel_axis
         if axis is None:
             axis = 1 if graph.framework == "pytorch" else -1
-        computed_by = _computed_by(graph, node.name)
+        computed_by, inputs = _computed_by(graph, node.name)
         low, high = (grid.qmin - zero) * scale, (grid.qmax - zero) * scale
-        layers.append(LayerGrid(node.name, node.layer_type, scale, computed_by, low, high, axis))
+        layers.append(LayerGrid(node.name, node.layer_type, scale, computed_by, low, high, axis, inputs))
     return layers
 
 
-def _computed_by(graph: Graph, name: str) -> tuple[str, ...]:
-    """``name`` and the float nodes before it, back to the tensors on a grid (or the inputs)."""
+def _computed_by(graph: Graph, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``name`` and the float nodes before it, back to the tensors on a grid (or the graph's
+    inputs); and those tensors' nodes, the layer's inputs."""
     seen: set[str] = {name}
+    inputs: set[str] = set()
     stack = [name]
     while stack:
         for pred in graph.predecessors(stack.pop()):
             act = pred.quant.activation
-            if pred.name in seen or pred.name in graph.inputs or (act is not None and act.grid is not None):
-                continue
-            seen.add(pred.name)
-            stack.append(pred.name)
-    return tuple(n for n in graph.topological_order() if n in seen)
+            if pred.name in graph.inputs or (act is not None and act.grid is not None):
+                inputs.add(pred.name)
+            elif pred.name not in seen:
+                seen.add(pred.name)
+                stack.append(pred.name)
+    order = graph.topological_order()
+    return tuple(n for n in order if n in seen), tuple(n for n in order if n in inputs)
 
 
 def _named(layer: str, hint: str) -> bool:
@@ -344,29 +350,29 @@ def explain(accumulators: Sequence[LayerAccumulator]) -> LayerTable:
       other way after integer arithmetic);
     - a difference that ``gain * ours + offset`` explains: a weight or scale mismatch
       (gain off 1), or a constant offset (a zero point or a bias);
-    - more than one step on a few values (under `CARRIED_SHARE`) after an earlier layer
-      already differed: carried over from it, not a departure.
+    - far more values off than in its inputs: the runtime computes the layer otherwise;
+    - more than one step on a few values (under `CARRIED_SHARE`) where its inputs already
+      differ: carried over from them, not a departure; more: grown from them.
     """
-    rows: list[LayerParity] = []
-    differing: LayerParity | None = None  # the first layer off at all
-    departing: LayerParity | None = None  # the first layer departing
+    rows: dict[str, LayerParity] = {}
     for acc in accumulators:
         row = acc.result()
-        row.departs = row.beyond_one_step and (differing is None or row.over_one_step > CARRIED_SHARE)
+        inputs = [rows[n] for n in acc.layer.inputs if n in rows and (rows[n].max_steps or 0) > 0.5]
+        row.departs = row.beyond_one_step and (not inputs or row.over_one_step > CARRIED_SHARE)
         if row.max_steps is not None and row.max_steps > 0.5:
-            row.why = _why(row, departing or differing)
-            differing = differing or row
-            departing = departing or (row if row.departs else None)
-        rows.append(row)
-    return LayerTable(rows)
+            row.why = _why(row, inputs)
+        rows[row.layer] = row
+    return LayerTable(list(rows.values()))
 
 
-def _why(row: LayerParity, earlier: LayerParity | None) -> str | None:
+def _why(row: LayerParity, inputs: Sequence[LayerParity]) -> str | None:
+    """What the numbers of ``row`` say, given its ``inputs`` that differ (`explain`)."""
     fitted = row.fit_residual is not None and row.fit_residual < 0.25
+    chain = " -> ".join(row.computed_by)
     if row.departs and fitted and row.gain is not None and (row.gain_off_share or 0) > 0:
         return (
             f"a weight or scale mismatch: the runtime's tensor is {row.gain:.3f} x ours (median over channels; "
-            f"{100 * (row.gain_off_share or 0):.0f} % of channels off 1), computed by {' -> '.join(row.computed_by)}"
+            f"{100 * (row.gain_off_share or 0):.0f} % of channels off 1), computed by {chain}"
         )
     if row.departs and fitted and row.offset_steps is not None and abs(row.offset_steps) >= 0.5:
         return f"a constant offset of {row.offset_steps:+.2f} steps (a zero point or a bias differs)"
@@ -375,11 +381,18 @@ def _why(row: LayerParity, earlier: LayerParity | None) -> str | None:
             f"the runtime's own requantization: {100 * row.one_step:.2g} % of values one step off "
             "(a tie rounded the other way after integer arithmetic)"
         )
-    if earlier is not None and not row.departs:
+    if not inputs:
+        return f"computed otherwise by the runtime, its inputs equal (computed by {chain})"
+    shared = max(r.one_step + r.over_one_step for r in inputs)
+    named = ", ".join(
+        f"`{r.layer}` ({r.max_steps:.0f} steps on {100 * (r.one_step + r.over_one_step):.2g} %)"
+        for r in inputs
+    )
+    if row.departs and row.over_one_step > 10 * shared:
         return (
-            f"carried over: {100 * row.over_one_step:.2g} % of values more than one step off, where the "
-            f"inputs already differ (from `{earlier.layer}` on)"
+            f"computed otherwise by the runtime: {100 * row.over_one_step:.2g} % of values more than one step off, "
+            f"where its inputs differ on far fewer: {named} (computed by {chain})"
         )
-    if earlier is not None:
-        return f"grows from the differences of `{earlier.layer}` ({earlier.max_steps:.2f} steps there)"
-    return None
+    if not row.departs:
+        return f"carried over: {100 * row.over_one_step:.2g} % of values more than one step off, from {named}"
+    return f"grown from its inputs' differences: {named}"
