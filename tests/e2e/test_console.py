@@ -88,12 +88,13 @@ def test_each_call_ends_with_the_line_that_opens_it_in_tensorboard(console):
 def test_the_tuning_table_gives_the_sizes_the_log_gives(console):
     """Issue 23, point 7, for a tuned call: the float weights in the tuning table's first row
     and the returned trial's are the sizes ``mct.log`` reports (one definition of each)."""
+    from model_compression_toolkit.observers.stage_view import stage_run
     from tests.tb import load
 
     stdout, _ = console
     tuned = Path(re.findall(r"FOLDER (.+)", stdout)[-1])
     log = re.search(r"weights ([\d.]+ \w+) -> ([\d.]+ \w+)", (tuned / "mct.log").read_text())
-    (event,) = load(tuned / "tuning").Tensors("tuning/trials")
+    (event,) = load(tuned / stage_run("quantized_graph")).Tensors("tuning/trials")
     rows = [[c.strip() for c in line.strip("|").split("|")]
             for line in event.tensor_proto.string_val[0].decode().splitlines() if line.startswith("|")]  # fmt: skip
     header, body = rows[0], rows[2:]
