@@ -34,7 +34,7 @@ from model_compression_toolkit.core.deploy import (
     onnx_problems,
     stored_grid,
 )
-from model_compression_toolkit.core.export_report import ExportedGraph
+from model_compression_toolkit.core.export_report import FLOOR_NOISE, ExportedGraph
 from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.errors import ExportError, GraphValidationError, MissingDependencyError
 from model_compression_toolkit.pytorch import builder, ops
@@ -233,6 +233,43 @@ def export_module(graph: Graph) -> fx.GraphModule:
     return model
 
 
+# ------------------------------------------------------------------ the rounding floor
+class RoundingFloor(nn.Module):
+    """The quantized model with each quantizer's input moved by float32 rounding noise::
+
+        prev -> x * (1 + noise * u) -> quantize_dequantize -> next      (u uniform in [-1, 1])
+
+    A runtime computes each layer's sums in its own order, so a value within float32
+    rounding of a rounding boundary can land one step off; on a deep network each such step
+    moves the next layers' sums, and the steps multiply. This model shows how far that
+    alone takes the outputs: the parity any runtime can reach. Noise on the model's inputs
+    shows nothing, as the input quantizer rounds it away.
+    """
+
+    def __init__(self, graph: Graph, noise: float, seed: int = 0) -> None:
+        super().__init__()
+        self.model, self.noise = export_module(graph), noise
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        return _Jittered(self.model, self.noise, self.generator).run(*args)
+
+
+class _Jittered(fx.Interpreter):
+    """Runs an export module with `RoundingFloor`'s noise before each ``quantize_dequantize``."""
+
+    def __init__(self, module: fx.GraphModule, noise: float, generator: torch.Generator) -> None:
+        super().__init__(module)
+        self.noise, self.generator = noise, generator
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        if target is torch.ops.model_compression_toolkit.quantize_dequantize.default:
+            x = args[0]
+            u = torch.rand(x.shape, generator=self.generator, dtype=torch.float32) * 2 - 1
+            args = ((x * (1 + self.noise * u)).to(x.dtype), *args[1:])
+        return super().call_function(target, args, kwargs)
+
+
 # ------------------------------------------------------------------ writing
 def write_onnx(
     graph: Graph, example: Sequence[np.ndarray], path: Path, opset: int
@@ -300,7 +337,6 @@ def _export(program: Any, opset: int, inputs: list[str]) -> Any:
         )  # fmt: skip
 
 
-
 def write_torchscript(q_model: nn.Module, example: Sequence[np.ndarray], path: Path) -> list[str]:
     """Trace the quantized model itself (fake quantization in float) and save it with ``torch.jit.save``."""
     args = tuple(ops.as_tensor(x) for x in example)
@@ -358,16 +394,21 @@ class OnnxDeployment:
         return notes
 
     def load(self, path: Path) -> OnnxRuntime:
-        return OnnxRuntime(path, getattr(self, "figures", {}))
+        return OnnxRuntime(path, getattr(self, "figures", {}), RoundingFloor(self.graph, FLOOR_NOISE))
 
 
 class OnnxRuntime:
-    """An exported ONNX file in onnxruntime (CPU)."""
+    """An exported ONNX file in onnxruntime (CPU).
 
-    def __init__(self, path: Path, figures: dict[str, float]) -> None:
+    Attributes:
+        floor_model: the quantized model with float32 rounding noise at every quantizer
+            (`RoundingFloor`): the parity's floor.
+    """
+
+    def __init__(self, path: Path, figures: dict[str, float], floor_model: nn.Module | None = None) -> None:
         from model_compression_toolkit.pytorch import onnx_model
 
-        self._m, self.path, self.figures = onnx_model, path, figures
+        self._m, self.path, self.figures, self.floor_model = onnx_model, path, figures, floor_model
         self.session = onnx_model.session(path)
         self.name = onnx_model.runtime_version()
 
