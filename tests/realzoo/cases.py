@@ -6,7 +6,7 @@ headline metric, a share in [0, 1] (higher is better).
 
 | case | data | metric |
 |---|---|---|
-| nudenet (YOLOv8n) | 24 photos at 320x320 | recall of the float model's detections (score >= 0.1, same class, IoU >= 0.5) |
+| nudenet (YOLOv8n) | 48 photos at 320x320 | AP50 against the float model's detections (score >= 0.1) as ground truth; their recall at 0.1 (same class, IoU >= 0.5) |
 | ppocr_rec | 30 rendered lines | exact-line and character accuracy, greedy CTC |
 | ppocr_det | 8 rendered pages | recall of the lines (binarized map covers >= 50 % of the shrunk box), pixel F1 |
 | ppocr_cls | 32 rendered lines, half turned 180 degrees | orientation accuracy |
@@ -30,8 +30,15 @@ from tests.realzoo import data, metrics
 
 # YOLOv8's default confidence threshold is 0.25; on these photos (no nudity; faces in the
 # portrait's crops only) the float model finds 5 detections at 0.25 in 16 images, so the
-# threshold is lowered to 0.1 (about 20 detections in 24 images), for float and quantized alike.
+# threshold is lowered to 0.1 (about 40 detections in 48 images), for float and quantized alike.
+# A recall at one threshold is a coin toss for the detections the float model scores just
+# over it (a fifth of them within 0.015 of 0.1): any noise at all, 16-bit activations
+# included, moves some under. The primary metric is therefore AP50 of the model's
+# detections down to `DETECTION_FLOOR` against the float detections as ground truth
+# (`metrics.detection_ap`), which falls only when detections are lost or outranked.
 DETECTION_SCORE = 0.1
+DETECTION_FLOOR = 0.01
+NUDENET_IMAGES = 48
 
 
 @dataclass
@@ -76,7 +83,7 @@ def _nhwc(x: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ nudenet
 @cache
 def nudenet_images() -> np.ndarray:
-    return data.detector_images(24, seed=0)
+    return data.detector_images(NUDENET_IMAGES, seed=0)
 
 
 @cache
@@ -88,19 +95,27 @@ def _nudenet_float():
 
 
 def _detections(model) -> list[np.ndarray]:
+    """The model's detections on `nudenet_images` down to `DETECTION_FLOOR`."""
     out = predict(model, nudenet_images(), "pytorch", batch=4)[0]
-    return [metrics.yolo_detections(o, DETECTION_SCORE) for o in out]
+    return [metrics.yolo_detections(o, DETECTION_FLOOR) for o in out]
 
 
 @cache
-def nudenet_reference() -> tuple[np.ndarray, ...]:
-    """The float model's detections on `nudenet_images` (score >= `DETECTION_SCORE`)."""
+def _float_detections() -> tuple[np.ndarray, ...]:
     return tuple(_detections(_nudenet_float()))
 
 
+def nudenet_reference() -> tuple[np.ndarray, ...]:
+    """The float model's detections on `nudenet_images` (score >= `DETECTION_SCORE`)."""
+    return tuple(d[d[:, 5] >= DETECTION_SCORE] for d in _float_detections())
+
+
 def _nudenet_eval(model) -> dict:
-    found = list(nudenet_reference()) if model is _nudenet_float() else _detections(model)
-    return metrics.detection_recall(list(nudenet_reference()), found)
+    """``ap50`` (primary), then the ``recall`` at `DETECTION_SCORE`, ``mean_iou``, ``count``."""
+    found = list(_float_detections()) if model is _nudenet_float() else _detections(model)
+    reference = list(nudenet_reference())
+    over = [d[d[:, 5] >= DETECTION_SCORE] for d in found]
+    return {"ap50": metrics.detection_ap(reference, found), **metrics.detection_recall(reference, over)}
 
 
 # ------------------------------------------------------------------ PP-OCR
@@ -179,7 +194,10 @@ def _crepe_eval(framework: str) -> Callable[[Any], dict]:
         frames, f0 = _tones()
         probabilities = predict(model, frames, framework)[0]
         cents = metrics.bins_to_cents(probabilities) - 1200 * np.log2(f0 / 10.0)
-        return {"rpa": metrics.raw_pitch_accuracy(probabilities, f0), "cents": float(np.median(np.abs(cents)))}
+        return {
+            "rpa": metrics.raw_pitch_accuracy(probabilities, f0),
+            "cents": float(np.median(np.abs(cents))),
+        }
 
     return evaluate
 
@@ -218,9 +236,10 @@ def _add(case: Case) -> None:
     CASES[case.name] = case
 
 
+# fmt: off
 _add(Case(
     "nudenet", "pytorch", "nudenet", _nudenet_float,
-    lambda: _batches(data.detector_images(8, seed=10)[3:], 4), _nudenet_eval, "recall",
+    lambda: _batches(data.detector_images(8, seed=10)[3:], 4), _nudenet_eval, "ap50",
 ))
 _add(Case(
     "ppocr_rec", "pytorch", "ppocr_rec", _onnx("ppocr_rec", (1, 3, 48, 320)),
@@ -248,3 +267,4 @@ for _framework in ("pytorch", "keras"):
         f"rnet{_suffix}", _framework, "rnet", _net("rnet", _framework),
         _face_calibration(24, _framework), _face_eval(24, _framework), "accuracy",
     ))
+# fmt: on

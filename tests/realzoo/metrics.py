@@ -62,6 +62,36 @@ def detection_recall(reference: list[np.ndarray], found: list[np.ndarray], min_i
     }
 
 
+def detection_ap(reference: list[np.ndarray], found: list[np.ndarray], min_iou: float = 0.5) -> float | None:
+    """AP50 of ``found`` (per image, every score down to a low floor) against the
+    ``reference`` detections as ground truth: the found detections of all images ranked by
+    score, each a true positive when it matches a reference box not yet matched (same
+    class, IoU >= ``min_iou``, best IoU first), and the area under the precision-recall
+    curve (VOC's all-points interpolation). Unlike a recall at one confidence threshold, it
+    does not flip on a detection whose score moves from just over the threshold to just
+    under it; it falls when detections are lost, or ranked below false ones."""
+    total = sum(len(r) for r in reference)
+    if not total:
+        return None
+    ranked = [(det[5], i, det) for i, dets in enumerate(found) for det in dets]
+    ranked.sort(key=lambda item: -item[0])
+    free = [np.ones(len(r), bool) for r in reference]
+    hits = np.zeros(len(ranked))
+    for k, (_, i, det) in enumerate(ranked):
+        ref = reference[i]
+        candidates = np.flatnonzero(free[i] & (ref[:, 4] == det[4])) if len(ref) else np.array([], int)
+        if candidates.size:
+            overlaps = iou(det[:4], ref[candidates, :4])
+            j = overlaps.argmax()
+            if overlaps[j] >= min_iou:
+                hits[k], free[i][candidates[j]] = 1.0, False
+    tp = np.cumsum(hits)
+    recall = np.concatenate([[0.0], tp / total, [tp[-1] / total if tp.size else 0.0]])
+    precision = np.concatenate([[1.0], tp / np.arange(1, len(ranked) + 1), [0.0]])
+    precision = np.maximum.accumulate(precision[::-1])[::-1]  # the best precision at this recall or more
+    return float(np.sum(np.diff(recall) * precision[1:]))
+
+
 # ------------------------------------------------------------------ text recognition (CTC)
 def ctc_greedy(probabilities: np.ndarray, characters: list[str]) -> list[str]:
     """Greedy CTC decoding of ``(N, T, classes)``: best class per step, repeats merged,
@@ -104,7 +134,9 @@ def shrunk(box: tuple[int, int, int, int], ratio: float = 0.4) -> tuple[float, f
     return left + d, top + d, right - d, bottom - d
 
 
-def text_region_scores(maps: np.ndarray, boxes: list[list], threshold: float = 0.3, cover: float = 0.5) -> dict:
+def text_region_scores(
+    maps: np.ndarray, boxes: list[list], threshold: float = 0.3, cover: float = 0.5
+) -> dict:
     """PP-OCR detector maps ``(N, 1, H, W)`` against each page's line boxes: ``recall``,
     the share of lines whose shrunk box (`shrunk`) the binarized map (> ``threshold``)
     covers at ``cover`` or more; ``pixel_f1`` of the binarized map against the shrunk boxes."""

@@ -15,7 +15,10 @@ samples, and its output SQNR against the float output is the entry's impact::
 
 The output SQNR is the worst of each output and each part of an output a concatenation
 makes (`core.similarity.parts`): box coordinates in pixels beside class scores in 0-1
-hide, over the whole tensor, scores rounded to two values.
+hide, over the whole tensor, scores rounded to two values. A part that holds probabilities
+(a sigmoid's or a softmax's) is judged on the values a decision reads (0.05 and more):
+a text detector's probability map whose background moves by a few thousandths keeps every
+decision, and is no cause.
 
 Entries are ranked by it; an entry whose output SQNR alone is under `CAUSE_DB` is a cause,
 and so is a layer's weights that lose an input channel (its weights keep less than 15 dB
@@ -42,7 +45,12 @@ from model_compression_toolkit.core.graph import Graph, OpKind
 from model_compression_toolkit.core.quant_config import NodeQuantConfig
 from model_compression_toolkit.core.similarity.channels import HIGH_ERROR_DB, ChannelMeasures, ChannelSums
 from model_compression_toolkit.core.similarity.downstream import Cut, cut_after
-from model_compression_toolkit.core.similarity.parts import OutputImpact, measure, output_parts
+from model_compression_toolkit.core.similarity.parts import (
+    DECISION_LEVEL,
+    OutputImpact,
+    measure,
+    output_parts,
+)
 
 ACTIVATION, WEIGHTS = "activation", "weights"
 CAUSE_DB = 20.0  # an entry whose output SQNR alone is under this causes damage
@@ -80,6 +88,8 @@ class QuantizerEntry:
         output_part: the part of an output ``output_sqnr_db`` was measured on, when worse
             than the outputs whole (``"cat_17 channels 4-21 (from sigmoid_3)"``).
         output_part_distinct: how many distinct values that part keeps.
+        output_probability: whether that part (or the output) holds probabilities, judged on
+            the values a decision reads (`core.similarity.parts.DECISION_LEVEL` and more).
         cause: whether it damages the output on its own (``output_sqnr_db < CAUSE_DB``).
         rank: 1 for the entry that damages the output most.
     """
@@ -101,6 +111,7 @@ class QuantizerEntry:
     output_whole_db: float | None = None
     output_part: str | None = None
     output_part_distinct: int | None = None
+    output_probability: bool = False
     cause: bool = False
     rank: int = 0
 
@@ -124,20 +135,26 @@ class QuantizerEntry:
         """Record what this quantizer alone does to the outputs."""
         self.output_sqnr_db, self.output_whole_db = impact.sqnr_db, impact.whole_db
         self.output_part, self.output_part_distinct = impact.part, impact.distinct_values
+        self.output_probability = impact.probability
 
     def evidence(self) -> str:
         """What it does, in words: where its harm lands and why."""
         said = []
         if self.input_range_spread is not None and self.input_range_spread >= UNBALANCED_RATIO:
             said.append(f"joins inputs whose ranges differ {self.input_range_spread:.0f}x on one grid")
+        read = (
+            f" on the probabilities >= {DECISION_LEVEL:g} a decision reads" if self.output_probability else ""
+        )
         if self.output_part is not None and self.output_sqnr_db is not None:
-            distinct = "" if self.output_part_distinct is None else f", {self.output_part_distinct} distinct values"
+            distinct = (
+                "" if self.output_part_distinct is None else f", {self.output_part_distinct} distinct values"
+            )
             said.append(
-                f"alone leaves {self.output_part} at {self.output_sqnr_db:.1f} dB{distinct} "
+                f"alone leaves {self.output_part} at {self.output_sqnr_db:.1f} dB{read}{distinct} "
                 f"(the outputs whole: {self.output_whole_db:.1f} dB)"
             )
         elif self.output_sqnr_db is not None:
-            said.append(f"alone leaves the output at {self.output_sqnr_db:.1f} dB")
+            said.append(f"alone leaves the output at {self.output_sqnr_db:.1f} dB{read}")
         if (self.zero_rounded_percent or 0.0) >= CANDIDATE_ZERO_ROUNDED_PERCENT:
             said.append(f"{self.zero_rounded_percent:.0f} % of its non-zero values round to 0")
         return "; ".join(said)
@@ -152,7 +169,13 @@ class QuantizerEntry:
 
     @classmethod
     def of(
-        cls, name: str, kind: str, layer_type: str, bits: int, channels: ChannelMeasures, clipped_percent: float | None = None
+        cls,
+        name: str,
+        kind: str,
+        layer_type: str,
+        bits: int,
+        channels: ChannelMeasures,
+        clipped_percent: float | None = None,
     ) -> QuantizerEntry:
         return cls(
             name=name, kind=kind, layer_type=layer_type, bits=bits, sqnr_db=channels.whole_db,
@@ -167,7 +190,9 @@ def _percent(share: float | None) -> float | None:
     return None if share is None else 100.0 * share
 
 
-def weight_entries(graph: Graph, weights: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> list[QuantizerEntry]:
+def weight_entries(
+    graph: Graph, weights: Mapping[str, Mapping[str, np.ndarray]] | None = None
+) -> list[QuantizerEntry]:
     """An entry per layer with quantized weights: its own error measured on the weights."""
     entries = []
     for node in graph.nodes():
@@ -182,7 +207,9 @@ def weight_entries(graph: Graph, weights: Mapping[str, Mapping[str, np.ndarray]]
             # each weight tensor's channels are channels of their own (a separable conv's
             # depthwise and pointwise kernels have different counts)
             sums.extend(channel_view(w, tuple(axes)), channel_view(q, tuple(axes)))
-            if wname in node.kernel_in_axis and node.kernel_in_axis[wname] % w.ndim not in {a % w.ndim for a in axes}:
+            if wname in node.kernel_in_axis and node.kernel_in_axis[wname] % w.ndim not in {
+                a % w.ndim for a in axes
+            }:
                 in_axis = (node.kernel_in_axis[wname],)
                 inputs.extend(channel_view(w, in_axis), channel_view(q, in_axis))
         bits = node.quant.weights[names[0]].n_bits

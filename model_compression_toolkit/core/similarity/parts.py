@@ -12,6 +12,21 @@ part by part, each input of the concatenation on its own, and the worst part cou
 
 An output's parts are found through the ops that keep the concatenated axis where it is
 (an activation, a quantizer, identity); the whole tensor is always a part too.
+
+A part that holds *probabilities* (the output of a sigmoid, hard sigmoid or softmax) is read
+by a decision: a detection over a confidence threshold, a text pixel over 0.3, the class with
+the highest score. Most of such a map is background, probabilities of 0.001 whose noise of
+a few thousandths no threshold ever sees, yet over the whole map that noise outweighs the
+few probabilities that decide anything. So a probability part is judged on the values that
+can take part in a decision: its SQNR is taken over the elements whose float or quantized
+value reaches `DECISION_LEVEL` (the noise there, against the signal there)::
+
+    float     0.001 0.002 0.90 0.30 0.12        elements judged: float or quantized >= 0.05
+    quantized 0.004 0.000 0.89 0.31 0.00        -> the 0.90, 0.30 and 0.12 (wiped out: noise)
+
+A probability map whose decisions stay is not harmed, however its background moves; one
+whose small probabilities are wiped out (a grid too coarse for them) is, by the noise of
+exactly those.
 """
 
 from __future__ import annotations
@@ -27,6 +42,10 @@ from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB, c
 
 # ops whose output has the same layout as their only tensor input
 _SAME_LAYOUT = frozenset({OpKind.ACTIVATION, OpKind.IDENTITY, OpKind.DROPOUT})
+# elementwise functions whose outputs are probabilities in [0, 1] (besides a softmax)
+PROBABILITY_FUNCTIONS = frozenset({"sigmoid", "hardsigmoid", "hard_sigmoid"})
+# a probability under this in float and quantized alike takes part in no decision
+DECISION_LEVEL = 0.05
 
 
 @dataclass(frozen=True)
@@ -40,6 +59,8 @@ class OutputPart:
         start / stop: the slice of ``axis`` the part holds.
         source: the node whose values the part holds (an input of the concatenation).
         channels: whether ``axis`` is the output's channel axis.
+        probability: whether the part holds probabilities (a sigmoid's or softmax's
+            output), judged on the values a decision reads (see the module doc).
     """
 
     output: int
@@ -49,6 +70,7 @@ class OutputPart:
     stop: int = 0
     source: str | None = None
     channels: bool = False  # ``axis`` is the output's channel axis
+    probability: bool = False
 
     @property
     def label(self) -> str:
@@ -56,7 +78,9 @@ class OutputPart:
         if self.axis is None:
             return self.name
         where = "channels" if self.channels else f"axis {self.axis} indices"
-        return f"{self.name} {where} {self.start}-{self.stop - 1}" + (f" (from {self.source})" if self.source else "")
+        return f"{self.name} {where} {self.start}-{self.stop - 1}" + (
+            f" (from {self.source})" if self.source else ""
+        )
 
     def of(self, output: np.ndarray) -> np.ndarray:
         """This part of one output (samples first)."""
@@ -69,15 +93,35 @@ class OutputPart:
 
 def output_parts(graph: Graph) -> list[OutputPart]:
     """Every output whole, then the parts of each output a concatenation makes."""
-    parts = [OutputPart(i, name) for i, (name, _) in enumerate(graph.outputs)]
+    parts = [
+        OutputPart(i, name, probability=is_probability(graph, name))
+        for i, (name, _) in enumerate(graph.outputs)
+    ]
     for i, (name, _) in enumerate(graph.outputs):
         parts += _concat_parts(graph, i, name)
     return parts
 
 
+def is_probability(graph: Graph, name: str) -> bool:
+    """Whether node ``name``'s output holds probabilities: a sigmoid, a hard sigmoid or a
+    softmax makes it, through ops that keep values in [0, 1] as they are (identity,
+    dropout, a quantizer)."""
+    node = graph.node(name)
+    while node.kind in (OpKind.IDENTITY, OpKind.DROPOUT) and len(graph.in_edges(node.name)) == 1:
+        node = graph.node(graph.in_edges(node.name)[0].src)
+    if node.kind == OpKind.SOFTMAX:
+        return True
+    function = str(node.attrs.get("function") or node.fused_activation or "").lower()
+    if node.kind == OpKind.ACTIVATION or node.fused_activation:
+        return function in PROBABILITY_FUNCTIONS or function == "softmax"
+    return False
+
+
 def _concat_parts(graph: Graph, index: int, name: str) -> list[OutputPart]:
     node = graph.node(name)
     while node.kind in _SAME_LAYOUT and len(graph.in_edges(node.name)) == 1:
+        if is_probability(graph, node.name):
+            return []  # a probability made of a concatenation: its parts are not what it is
         node = graph.node(graph.in_edges(node.name)[0].src)
     if node.kind != OpKind.CONCAT:
         return []
@@ -89,7 +133,8 @@ def _concat_parts(graph: Graph, index: int, name: str) -> list[OutputPart]:
     parts, start = [], 0
     for edge, shape in zip(graph.in_edges(node.name), node.input_shapes):
         size = shape[axis]
-        parts.append(OutputPart(index, name, axis, start, start + size, edge.src, channels))
+        probability = is_probability(graph, edge.src)
+        parts.append(OutputPart(index, name, axis, start, start + size, edge.src, channels, probability))
         start += size
     return parts if len(parts) > 1 else []
 
@@ -116,11 +161,15 @@ class OutputImpact:
     """A model's outputs measured against the float outputs, whole and part by part.
 
     Attributes:
-        sqnr_db: the worst of the parts' SQNRs (dB): what ranks a quantizer.
-        whole_db: the SQNR over every output whole (dB).
-        part: the label of the worst part, when it is a part of an output (not a whole output).
+        sqnr_db: the worst of the parts' SQNRs (dB), each output whole included, a
+            probability part on the values a decision reads: what ranks a quantizer.
+        whole_db: the SQNR over every output whole (dB), every value counted.
+        part: the label of the worst part, when it is a part of an output or one of
+            several outputs (None: the one output whole).
         part_db: that part's SQNR (dB).
         distinct_values: how many distinct values the worst part holds (on the samples measured).
+        probability: whether the worst part holds probabilities, judged on the values at or
+            above `DECISION_LEVEL` (see the module doc).
     """
 
     sqnr_db: float
@@ -128,6 +177,7 @@ class OutputImpact:
     part: str | None = None
     part_db: float | None = None
     distinct_values: int | None = None
+    probability: bool = False
 
 
 def sqnr_db(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> float:
@@ -135,28 +185,49 @@ def sqnr_db(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> f
     and outputs, in dB (a few badly damaged samples weigh as they should)."""
     nsr = np.concatenate([compare(r, o).nsr for r, o in zip(reference, outputs)])
     mean = float(nsr.mean()) if nsr.size else 0.0
-    if mean <= 0:
+    return _db(mean)
+
+
+def decision_sqnr_db(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> float:
+    """The SQNR (dB) of probabilities over the elements a decision can read: those whose
+    reference or output value is `DECISION_LEVEL` or more, every sample together (a sample
+    may have none). No such element: nothing a decision reads changed (the ceiling)."""
+    signal = noise = 0.0
+    for r, o in zip(reference, outputs):
+        r64, o64 = np.asarray(r, np.float64), np.asarray(o, np.float64)
+        read = (r64 >= DECISION_LEVEL) | (o64 >= DECISION_LEVEL)
+        signal += float(np.square(r64[read]).sum())
+        noise += float(np.square(r64[read] - o64[read]).sum())
+    if noise <= 0:
         return SQNR_CEILING_DB
-    return float(np.clip(-10 * math.log10(mean), -SQNR_CEILING_DB, SQNR_CEILING_DB))
+    return _db(noise / signal if signal > 0 else math.inf)
+
+
+def _db(nsr: float) -> float:
+    if nsr <= 0:
+        return SQNR_CEILING_DB
+    if not math.isfinite(nsr):
+        return -SQNR_CEILING_DB
+    return float(np.clip(-10 * math.log10(nsr), -SQNR_CEILING_DB, SQNR_CEILING_DB))
 
 
 def measure(
-    parts: Sequence[OutputPart], reference: Sequence[Sequence[np.ndarray]], outputs: Sequence[Sequence[np.ndarray]]
+    parts: Sequence[OutputPart],
+    reference: Sequence[Sequence[np.ndarray]],
+    outputs: Sequence[Sequence[np.ndarray]],
 ) -> OutputImpact:
     """``outputs`` against ``reference`` (each a list over chunks of a list over outputs):
-    over every output together, each output alone (when there are several) and each part."""
-    whole = sqnr_db(
-        [r for chunk in reference for r in chunk], [o for chunk in outputs for o in chunk]
-    )
-    impact = OutputImpact(whole, whole)
+    over every output together, each output alone and each part, a probability part on
+    the values a decision reads (`decision_sqnr_db`); the worst output or part counts."""
+    whole = sqnr_db([r for chunk in reference for r in chunk], [o for chunk in outputs for o in chunk])
+    impact: OutputImpact | None = None
     several = len({part.output for part in parts}) > 1
     for part in parts:
-        if part.axis is None and not several:
-            continue  # the one output whole is measured above
         ref = [part.of(chunk[part.output]) for chunk in reference]
         out = [part.of(chunk[part.output]) for chunk in outputs]
-        db = sqnr_db(ref, out)
-        if db < impact.sqnr_db:
-            distinct = len(np.unique(np.concatenate([o.ravel() for o in out])))
-            impact = OutputImpact(db, whole, part.label, db, distinct)
-    return impact
+        db = (decision_sqnr_db if part.probability else sqnr_db)(ref, out)
+        if impact is None or db < impact.sqnr_db:
+            label = part.label if part.axis is not None or several else None
+            distinct = None if label is None else len(np.unique(np.concatenate([o.ravel() for o in out])))
+            impact = OutputImpact(db, whole, label, db if label else None, distinct, part.probability)
+    return impact if impact is not None else OutputImpact(whole, whole)

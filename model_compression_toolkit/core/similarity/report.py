@@ -15,7 +15,7 @@ quantizer):
          "channel_sqnr_worst_db", "high_error_channels_percent", "zero_rounded_percent",
          "clipped_percent", "channel_range_spread", "lost_input_channels_percent",
          "input_range_spread", "output_sqnr_db", "output_whole_db", "output_part",
-         "output_part_distinct", "cause"}],
+         "output_part_distinct", "output_probability", "cause"}],
      "layers": [  # worst first: by output impact where measured, then by local SQNR
         {"rank", "name", "layer_type", "position", "is_output", "error_class", "role",
          "cosine_mean", "cosine_min", "worst_sample", "sqnr_db", "mse", "max_abs_error",
@@ -236,7 +236,7 @@ class SimilarityReport:
                     f"own {q.sqnr_db:6.1f} dB, median channel {_db(q.channel_sqnr_median_db)}, "
                     f"{_pct(q.zero_rounded_percent)} rounded to 0"
                 )
-                if q.output_part is not None or q.input_range_spread is not None:
+                if q.output_part is not None or q.input_range_spread is not None or q.output_probability:
                     lines.append(f"      {q.evidence()}")
             lines.append(self.fix.summary())
         elif self.fix:
