@@ -298,7 +298,7 @@ def export(
                 graph, backend, model, runtime, batches, getattr(deployment, "integer_bias", False)
             )
             exported_graph, runtime_graph = runtime.graph(), runtime.runtime_graph()
-            layers = measured(graph, backend, staged, cls.serialization, cls.quantization, batches)
+            layers = measured(graph, backend, staged, cls.serialization, cls.quantization, batches, runtime)
         size, runtime_name = runtime.file_bytes(), runtime.name
         figures = dict(runtime.figures)
         del runtime  # the runtime may hold the staged file open

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from model_compression_toolkit.core.deploy import output_names, output_step
 from model_compression_toolkit.core.layer_parity import (
     LayerAccumulator,
     LayerTable,
@@ -39,7 +40,7 @@ SUFFIXES = {".onnx": ("ONNX", "FAKELY_QUANT"), ".tflite": ("TFLITE", "INT8")}
 def _taps(serialization: str, quantization: str, path: Path, graph: Any) -> Any:
     module, name = TAPS[(serialization, quantization)]
     cls = getattr(importlib.import_module(module), name)
-    return cls(path) if serialization == "ONNX" else cls(path, list(graph.inputs))
+    return cls(path) if serialization == "ONNX" else cls(path, list(graph.inputs), output_names(graph))
 
 
 def layer_table(
@@ -49,9 +50,14 @@ def layer_table(
     serialization: str,
     quantization: str,
     batches: Sequence[Sequence[Any]],
+    runtime: Any = None,
 ) -> LayerTable | None:
     """The per-layer parity of the file at ``path`` on ``batches`` (module docstring); None
-    for a format whose runtime exposes no quantized tensor."""
+    for a format whose runtime exposes no quantized tensor.
+
+    ``runtime``: the export's own run of the file; its outputs are compared with those of
+    the run exposing the tensors, and a note says whether they are the same.
+    """
     if (serialization, quantization) not in TAPS or not batches:
         return None
     layers = quantized_layers(graph)
@@ -70,12 +76,26 @@ def layer_table(
 
     floating = backend.build(graph, False, extra_outputs=names, tap=keep_float)
     quantized = backend.build(graph, True, extra_outputs=names, tap=compare)
+    steps = [output_step(graph, name) or 0.0 for name, _ in graph.outputs]
+    apart = 0.0  # the two runs' outputs, in steps of the output grids (or in values for a float output)
     for batch in batches:
-        state["runtime"] = taps.run(batch, [tensors[n] for n in names if n in tensors])
+        outputs, state["runtime"] = taps.run(batch, [tensors[n] for n in names if n in tensors])
+        if runtime is not None:
+            for mine, theirs, step in zip(outputs, runtime.run(batch), steps):
+                diff = float(np.max(np.abs(np.asarray(mine, np.float64) - theirs), initial=0.0))
+                apart = max(apart, diff / step if step else diff)
         backend.forward(floating, batch)
         backend.forward(quantized, batch)
     table = explain(list(accumulators.values()))
     table.runtime = taps.name
+    if runtime is not None:
+        table.notes.append(
+            f"the run with its tensors exposed gives exactly the outputs of {runtime.name}"
+            if apart == 0
+            else f"the run with its tensors exposed differs from {runtime.name} by up to {apart:.3g} "
+            f"{'steps' if all(steps) else '(steps, or values for a float output)'} in the outputs: "
+            "the per-layer figures are of the run with its tensors exposed"
+        )
     fused = [row.layer for row in table.rows if row.tensor is None]
     if fused:
         table.notes.append(
@@ -93,12 +113,13 @@ def measured(
     serialization: str,
     quantization: str,
     batches: Sequence[Sequence[Any]],
+    runtime: Any = None,
 ) -> LayerTable | None:
     """`layer_table` for an export: the file is written and its outputs compared whatever
     happens here, so a failure to read the runtime's tensors becomes a warning and the
     table's note, not a failed export."""
     try:
-        return layer_table(graph, backend, path, serialization, quantization, batches)
+        return layer_table(graph, backend, path, serialization, quantization, batches, runtime)
     except Exception as err:  # noqa: BLE001 - the runtimes' many error types; the export itself succeeded
         text = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
         warnings.warn(

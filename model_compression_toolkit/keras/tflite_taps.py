@@ -35,7 +35,7 @@ class TFLiteTaps:
         name: the runtime, for the report.
     """
 
-    def __init__(self, path: Path, input_names: Sequence[str]) -> None:
+    def __init__(self, path: Path, input_names: Sequence[str], output_names: Sequence[str]) -> None:
         import tensorflow as tf
 
         with warnings.catch_warnings():  # TensorFlow 2.21 announces the move of its interpreter to LiteRT
@@ -64,12 +64,16 @@ class TFLiteTaps:
                 name = d["name"] or f"tensor_{d['index']}"
                 self._index.setdefault(name, (int(d["index"]), float(scales[0]), float(zeros.ravel()[0])))
                 self.points.append(TapPoint(name, float(scales[0]), int(op["index"]), hint=name))
-        signature = self.interp.get_signature_runner().get_input_details()
+        runner = self.interp.get_signature_runner()
+        signature, outputs = runner.get_input_details(), runner.get_output_details()
         self._inputs = [int(signature[signature_name(n)]["index"]) for n in input_names]
+        self._outputs = [int(outputs[signature_name(n)]["index"]) for n in output_names]
         self.name = f"TFLite interpreter (TensorFlow {tf.__version__}), builtin kernels, every tensor kept"
 
-    def run(self, batch: Sequence[np.ndarray], tensors: Sequence[str]) -> dict[str, np.ndarray]:
-        """The values (dequantized, float64) of ``tensors`` on one batch."""
+    def run(
+        self, batch: Sequence[np.ndarray], tensors: Sequence[str]
+    ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+        """The model's outputs on one batch, and the values (dequantized, float64) of ``tensors``."""
         interp: Any = self.interp
         arrays = [np.asarray(x) for x in batch]
         for index, array in zip(self._inputs, arrays, strict=True):
@@ -83,4 +87,4 @@ class TFLiteTaps:
         for name in dict.fromkeys(tensors):
             index, scale, zero = self._index[name]
             result[name] = (np.asarray(interp.get_tensor(index), dtype=np.float64) - zero) * scale
-        return result
+        return [np.array(interp.get_tensor(i)) for i in self._outputs], result

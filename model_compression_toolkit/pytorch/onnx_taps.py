@@ -42,7 +42,8 @@ class OnnxTaps:
             if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
                 consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
         producers = {out: node for node in model.graph.node for out in node.output}
-        outputs = {o.name for o in model.graph.output}
+        self.outputs = [o.name for o in model.graph.output]
+        outputs = set(self.outputs)
         self.points: list[TapPoint] = []
         self._grids: dict[str, tuple[float, float]] = {}
         for index, node in enumerate(model.graph.node):
@@ -71,16 +72,18 @@ class OnnxTaps:
         )
         self.name = f"onnxruntime {ort.__version__}, the file with its activations as extra outputs"
 
-    def run(self, batch: Sequence[np.ndarray], tensors: Sequence[str]) -> dict[str, np.ndarray]:
-        """The values (dequantized, float64) of ``tensors`` on one batch."""
+    def run(
+        self, batch: Sequence[np.ndarray], tensors: Sequence[str]
+    ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+        """The model's outputs on one batch, and the values (dequantized, float64) of ``tensors``."""
         feeds = {}
         for name, x in zip(self.inputs, batch, strict=True):
             array = np.asarray(x)
             feeds[name] = array.astype(np.float32) if np.issubdtype(array.dtype, np.floating) else array
         wanted = list(dict.fromkeys(tensors))
-        values = self.session.run(wanted, feeds)
+        values = self.session.run(self.outputs + wanted, feeds)
         result = {}
-        for name, q in zip(wanted, values):
+        for name, q in zip(wanted, values[len(self.outputs) :]):
             scale, zero = self._grids[name]
             result[name] = (np.asarray(q, dtype=np.float64) - zero) * scale
-        return result
+        return [np.asarray(o) for o in values[: len(self.outputs)]], result
