@@ -135,11 +135,11 @@ def test_a_map_whose_weak_probabilities_are_wiped_out_is_a_cause(fw):
 # ---------------------------------------------------------------- the measure itself
 def test_decision_sqnr_reads_only_the_values_a_decision_can_read():
     rng = np.random.default_rng(0)
-    background = rng.uniform(0.0, 0.02, (4, 1000))
+    background = rng.uniform(0.0, 0.02, (4, 4000))
     objects = rng.uniform(0.6, 0.95, (4, 10))
     reference = np.concatenate([background, objects], axis=1)
     moved = np.concatenate([np.zeros_like(background), objects], axis=1)  # the background wiped
-    assert sqnr_db([reference], [moved]) < 15  # over every value: damage
+    assert sqnr_db([reference], [moved]) < 15  # over every value: damage (a cause under 20 dB)
     assert decision_sqnr_db([reference], [moved]) == 100.0  # nothing a decision reads moved
     weak = reference.copy()
     weak[:, -10:-5] = 0.0  # half the objects wiped out
@@ -190,8 +190,26 @@ def test_an_output_is_a_probability_when_a_sigmoid_or_softmax_makes_it(last, pro
     (part,) = output_parts(graph)
     assert part.probability is probability
     # logits of a classifier are judged on every value, as before
-    reference = [[np.linspace(0.0, 0.9, 16).reshape(2, 8)]]
+    reference = [[np.concatenate([np.linspace(0.001, 0.04, 12), np.linspace(0.5, 0.9, 4)]).reshape(2, 8)]]
     wiped = [[np.where(reference[0][0] < 0.05, 0.0, reference[0][0])]]
     impact = measure([part], reference, wiped)
     assert impact.probability is probability
     assert (impact.sqnr_db == 100.0) is probability
+
+
+def test_a_dense_map_is_compared_within_the_spatial_tolerance_of_boundary_benchmarks():
+    """On a 320x320 map (tolerance 3 pixels: 0.75 % of the diagonal), a text region whose
+    border moves by two pixels keeps its decisions; one that vanishes, or shrinks to half,
+    does not."""
+    reference = np.zeros((2, 1, 320, 320))
+    reference[:, 0, 100:140, 50:250] = 0.95
+    moved = np.zeros_like(reference)
+    moved[:, 0, 102:138, 52:248] = 0.9  # every border two pixels in
+    assert sqnr_db([reference], [moved]) < 15 and decision_sqnr_db([reference], [moved]) < 15
+    assert decision_sqnr_db([reference], [moved], spatial=(2, 3)) > 25
+    gone = reference.copy()
+    gone[1] = 0.0
+    assert decision_sqnr_db([reference], [gone], spatial=(2, 3)) < 5
+    half = reference.copy()
+    half[:, 0, 120:140] = 0.0
+    assert decision_sqnr_db([reference], [half], spatial=(2, 3)) < 5

@@ -27,6 +27,15 @@ value reaches `DECISION_LEVEL` (the noise there, against the signal there)::
 A probability map whose decisions stay is not harmed, however its background moves; one
 whose small probabilities are wiped out (a grid too coarse for them) is, by the noise of
 exactly those.
+
+A dense probability *map* (two spatial axes: a text detector's, a segmentation's) is also
+compared with the spatial tolerance boundary benchmarks use (BSDS: 0.75 % of the map's
+diagonal, 3 pixels on a 320x320 map): a quantized value is noise only by how far it lies
+outside the float values within that distance. A region whose border moves by a pixel or
+two keeps every decision a user reads off it; one that vanishes does not::
+
+    float      0 0 1 1 1 1 0 0        quantized  0 0 0 1 1 1 0 0   (the border moved: no noise)
+                                      quantized  0 0 0 0 0 0 0 0   (the region gone: noise)
 """
 
 from __future__ import annotations
@@ -46,6 +55,8 @@ _SAME_LAYOUT = frozenset({OpKind.ACTIVATION, OpKind.IDENTITY, OpKind.DROPOUT})
 PROBABILITY_FUNCTIONS = frozenset({"sigmoid", "hardsigmoid", "hard_sigmoid"})
 # a probability under this in float and quantized alike takes part in no decision
 DECISION_LEVEL = 0.05
+# a dense map's spatial tolerance, as a share of its diagonal (BSDS's boundary benchmark)
+SPATIAL_TOLERANCE = 0.0075
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,8 @@ class OutputPart:
         channels: whether ``axis`` is the output's channel axis.
         probability: whether the part holds probabilities (a sigmoid's or softmax's
             output), judged on the values a decision reads (see the module doc).
+        spatial: a probability map's two spatial axes (batch axis 0 included), compared
+            with `SPATIAL_TOLERANCE`; empty: no spatial tolerance.
     """
 
     output: int
@@ -71,6 +84,7 @@ class OutputPart:
     source: str | None = None
     channels: bool = False  # ``axis`` is the output's channel axis
     probability: bool = False
+    spatial: tuple[int, ...] = ()
 
     @property
     def label(self) -> str:
@@ -94,7 +108,7 @@ class OutputPart:
 def output_parts(graph: Graph) -> list[OutputPart]:
     """Every output whole, then the parts of each output a concatenation makes."""
     parts = [
-        OutputPart(i, name, probability=is_probability(graph, name))
+        OutputPart(i, name, probability=is_probability(graph, name), spatial=_spatial_axes(graph.node(name)))
         for i, (name, _) in enumerate(graph.outputs)
     ]
     for i, (name, _) in enumerate(graph.outputs):
@@ -117,6 +131,15 @@ def is_probability(graph: Graph, name: str) -> bool:
     return False
 
 
+def _spatial_axes(node: Node) -> tuple[int, ...]:
+    """The two spatial axes of an image-like output ``(N, C, H, W)`` or ``(N, H, W, C)``;
+    empty for any other (a sequence, anchors, a vector)."""
+    shape = node.output_shapes[0] if node.output_shapes else ()
+    if len(shape) != 4 or node.channel_axis is None:
+        return ()
+    return tuple(a for a in (1, 2, 3) if a != node.channel_axis % 4)
+
+
 def _concat_parts(graph: Graph, index: int, name: str) -> list[OutputPart]:
     node = graph.node(name)
     while node.kind in _SAME_LAYOUT and len(graph.in_edges(node.name)) == 1:
@@ -134,7 +157,10 @@ def _concat_parts(graph: Graph, index: int, name: str) -> list[OutputPart]:
     for edge, shape in zip(graph.in_edges(node.name), node.input_shapes):
         size = shape[axis]
         probability = is_probability(graph, edge.src)
-        parts.append(OutputPart(index, name, axis, start, start + size, edge.src, channels, probability))
+        spatial = _spatial_axes(node) if probability else ()
+        parts.append(
+            OutputPart(index, name, axis, start, start + size, edge.src, channels, probability, spatial)
+        )
         start += size
     return parts if len(parts) > 1 else []
 
@@ -188,19 +214,51 @@ def sqnr_db(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> f
     return _db(mean)
 
 
-def decision_sqnr_db(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> float:
+def decision_sqnr_db(
+    reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray], spatial: tuple[int, ...] = ()
+) -> float:
     """The SQNR (dB) of probabilities over the elements a decision can read: those whose
     reference or output value is `DECISION_LEVEL` or more, every sample together (a sample
-    may have none). No such element: nothing a decision reads changed (the ceiling)."""
+    may have none). No such element: nothing a decision reads changed (the ceiling).
+    ``spatial``: a map's two spatial axes; an output value is then noise only by how far it
+    lies outside the reference values within the `SPATIAL_TOLERANCE` (`spatial_noise`)."""
     signal = noise = 0.0
     for r, o in zip(reference, outputs):
         r64, o64 = np.asarray(r, np.float64), np.asarray(o, np.float64)
         read = (r64 >= DECISION_LEVEL) | (o64 >= DECISION_LEVEL)
+        error = spatial_noise(r64, o64, spatial) if spatial else r64 - o64
         signal += float(np.square(r64[read]).sum())
-        noise += float(np.square(r64[read] - o64[read]).sum())
+        noise += float(np.square(error[read]).sum())
     if noise <= 0:
         return SQNR_CEILING_DB
     return _db(noise / signal if signal > 0 else math.inf)
+
+
+def spatial_noise(reference: np.ndarray, output: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """How far each output value lies outside the range of the reference values within
+    ``radius = round(SPATIAL_TOLERANCE * diagonal)`` elements along ``axes`` (a square
+    window, edges repeated): 0 where a value the reference has nearby was produced."""
+    radius = int(round(SPATIAL_TOLERANCE * math.hypot(*(reference.shape[a] for a in axes))))
+    low, high = reference, reference
+    for axis in axes:
+        low, high = _window(low, axis, radius, np.minimum), _window(high, axis, radius, np.maximum)
+    return np.maximum(low - output, 0.0) + np.maximum(output - high, 0.0)
+
+
+def _window(x: np.ndarray, axis: int, radius: int, reduce) -> np.ndarray:
+    """``reduce`` over a window of ``2 radius + 1`` elements along ``axis`` (edges repeated)."""
+    if radius <= 0:
+        return x
+    size = x.shape[axis]
+    padding = [(0, 0)] * x.ndim
+    padding[axis] = (radius, radius)
+    padded = np.pad(x, padding, mode="edge")
+    out = x.copy()
+    index = [slice(None)] * x.ndim
+    for shift in range(2 * radius + 1):
+        index[axis] = slice(shift, shift + size)
+        reduce(out, padded[tuple(index)], out=out)
+    return out
 
 
 def _db(nsr: float) -> float:
@@ -225,7 +283,7 @@ def measure(
     for part in parts:
         ref = [part.of(chunk[part.output]) for chunk in reference]
         out = [part.of(chunk[part.output]) for chunk in outputs]
-        db = (decision_sqnr_db if part.probability else sqnr_db)(ref, out)
+        db = decision_sqnr_db(ref, out, part.spatial) if part.probability else sqnr_db(ref, out)
         if impact is None or db < impact.sqnr_db:
             label = part.label if part.axis is not None or several else None
             distinct = None if label is None else len(np.unique(np.concatenate([o.ravel() for o in out])))
