@@ -3,8 +3,11 @@ similarity report names what breaks it.
 
 Per model of `tests.realzoo.cases`: the float metric is high (the loaders, the data and the
 metric are right), PTQ succeeds, and the 8-bit metric stays within `MARGIN` of float or
-the report (with a log folder) names at least one cause. CREPE tiny, healthy at 8 bits,
-stays within a point and gets no cause. The Keras nets compute what the PyTorch ones do.
+the report (with a log folder) names at least one cause. The healthy models (CREPE tiny,
+MTCNN, PP-OCRv4's text detector, whose probability map moves its text borders by a pixel
+or two at 8 bits) stay within a point and get no cause. The detector's first cause is its
+head concatenation, and the report's fix gives its detections back. The Keras nets compute
+what the PyTorch ones do.
 
 Each model is quantized once per module (`_measured`), with no log folder: the report,
 where a test needs it, is turned on by ``DebugConfig(analyze_similarity=True)``, small. Export parity and the fixed metric are in bench/real_zoo.py.
@@ -30,8 +33,9 @@ pytestmark = [
 # Lowest float value of each primary metric (measured: all 100 %, PP-OCR rec 96.7 %, cls 96.9 %)
 FLOAT_FLOOR = {"ppocr_rec": 0.8, "ppocr_cls": 0.85}
 FLOAT_FLOOR_DEFAULT = 0.9
-MARGIN = 0.15  # 8-bit within 15 points of float, or a cause named (nudenet falls to ~20 %)
-HEALTHY = ["crepe_tiny", "crepe_tiny_keras"]  # measured: 8-bit RPA equal to float, no cause
+MARGIN = 0.15  # 8-bit within 15 points of float, or a cause named (nudenet falls to ~26 %)
+# measured: 8-bit metric equal to float, no cause (PP-OCR det: a map at 35 dB within 3 px)
+HEALTHY = ["crepe_tiny", "crepe_tiny_keras", "onet", "rnet", "ppocr_det"]
 
 _CACHE: dict[str, dict] = {}
 
@@ -63,7 +67,9 @@ def _ptq(case, model, batches, report: bool, keep_float=None):
     debug = mct.core.DebugConfig(analyze_similarity=report, **SMALL_REPORT)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        config = mct.core.CoreConfig(debug_config=debug, keep_float=keep_float if keep_float is not None else ())
+        config = mct.core.CoreConfig(
+            debug_config=debug, keep_float=keep_float if keep_float is not None else ()
+        )
         return ptq(model, lambda: iter(batches), core_config=config)
 
 
@@ -140,15 +146,20 @@ def test_the_detector_s_cause_is_its_head_concatenation_and_the_fix_gives_the_de
     """YOLOv8n's head joins box coordinates in pixels with class scores in 0-1 on one grid:
     8-bit keeps few of the float detections; the first cause is that concatenation, named
     with the score part it wipes out, and the suggested fix, applied as the report says
-    (``CoreConfig(keep_float=fix)``), gives most detections back."""
+    (``CoreConfig(keep_float=fix)``), gives the detections back: AP50 against the float
+    detections within one detection of float (34 detections: 3 points). Measured: 8-bit
+    26 %, the concatenation at 16 bits 91 %, with the first SiLU too 94 %, every activation
+    at 16 bits (what the report suggests: the rest of the loss is spread) 99 %."""
     entry = _measured("nudenet")
     report = entry["report"]
-    assert entry["float"]["recall"] - entry["8-bit"]["recall"] > 0.5, (entry["float"], entry["8-bit"])
+    assert entry["float"]["ap50"] - entry["8-bit"]["ap50"] > 0.5, (entry["float"], entry["8-bit"])
     first = report.quantizers[0]
     assert first.cause and first.layer_type == "OnnxConcat" and first.kind == "activation", report.summary()
     assert first.output_part is not None and "channels 4-21" in first.output_part, first.output_part
     assert first.output_part_distinct <= 4 and first.input_range_spread > 100, report.summary()
+    assert first.output_probability, report.summary()  # judged on the scores a detection reads
     fix = report.suggested_fix()
     fixed, _ = _ptq(CASES["nudenet"], entry["model"], entry["batches"], report=False, keep_float=fix)
-    recall = CASES["nudenet"].evaluate(fixed)["recall"]
-    assert recall >= entry["8-bit"]["recall"] + 0.5, (recall, fix.summary())
+    result = CASES["nudenet"].evaluate(fixed)
+    one_detection = 1.0 / entry["float"]["count"]
+    assert result["ap50"] >= entry["float"]["ap50"] - one_detection - 1e-9, (result, fix.summary())
