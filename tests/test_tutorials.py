@@ -103,9 +103,10 @@ def test_debug_tutorial_finds_the_cause_and_its_fix_recovers(started):
     assert damaged < float_acc and recovered > damaged, out
     assert re.search(r"^first cause: .+ \(activation\), output SQNR alone -?\d+\.\d dB$", out, re.MULTILINE), out
     assert re.search(r"^the planted outlier was in '.+': found$", out, re.MULTILINE), out
-    # the fix is integer: the outlier activation at 16 bits, pasteable as printed
-    assert "core_config = mct.core.CoreConfig(" in out and "set_manual_activation_bit_width(" in out
-    assert "16-bit output (integer, not float)" in out
+    # the fix is integer: the outlier channel's scale moved into the next conv (channels
+    # equalized), pasteable as printed; the planted layer stays an 8-bit integer output
+    assert "core_config = mct.core.CoreConfig(" in out and "activation_channel_equalization=True" in out
+    assert "8-bit output (integer, not float)" in out
     assert "they only inherit it" in out
     assert percent(out, "tuned accuracy") > damaged
     assert re.search(r"tune_1_acc_\d+\.\d{4}, tune_2_acc_\d+\.\d{4}", out), out

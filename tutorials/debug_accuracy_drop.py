@@ -209,8 +209,9 @@ def main() -> None:
     q_tuned, info_tuned = fw.tuned_ptq(model, data_gen, evaluate, config)
     print(f"tuned accuracy:     {evaluate(q_tuned):.2f} %")
     print(info_tuned.tuning.summary())
-    runs = sorted(p.name for p in info_tuned.log_folder.iterdir() if p.name.startswith("tune_"))
-    print(f"  TensorBoard runs in {info_tuned.log_folder.name}: {', '.join(runs)} and tuning")
+    trials = ", ".join(t.run_name for t in info_tuned.tuning.trials)
+    print(f"  TensorBoard, run {info_tuned.log_folder.name}/5_quantized_graph: trials {trials}")
+    print("    (Graphs: one tag per later trial; Histograms: step n is trial n; Scalars: tuning/accuracy)")
 
     print("\nto see every run, start:")
     print(f"  tensorboard --logdir {log_folder}")

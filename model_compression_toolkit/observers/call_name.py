@@ -73,10 +73,13 @@ def call_label(run_name: str | None, config: CoreConfig, budget: bool = False, t
                 parts.append("per-tensor")
             elif f.name == "weights_bias_correction":
                 parts.append("no-bias-corr")
+            elif f.name == "activation_channel_equalization":
+                parts.append("equalized")
             else:
                 parts.append(f"{_SHORT.get(f.name, f.name + '-')}{_value(value)}")
     parts += [_rule(rule) for rule in config.keep_float_rules]
     parts += _bits(config)
+    parts += ["integer"] if getattr(config, "integer_only", False) else []
     parts += ["mp"] if budget else []
     parts += ["tuned"] if tuned else []
     return slug("_".join(parts))

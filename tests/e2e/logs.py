@@ -17,7 +17,7 @@ from tests.tb import load, run_folders
 
 # The calls, in the order they are made: each framework's digits CNN, the PyTorch one with an
 # outlier channel (`tests.fixtures.damage.outlier_channel`, named by ``run_name=``), that model
-# again with its report's suggested fix (named by its bit-widths, ``a16-5_w12-6``), and the
+# again with its report's suggested fix (named by what it sets, ``equalized``), and the
 # Keras one with an outlier channel.
 CALLS = ("pytorch", "keras", "pytorch_outlier", "pytorch_fixed", "keras_outlier")
 RUN_NAMES = {"pytorch_outlier": "outlier", "keras_outlier": "outlier"}

@@ -22,3 +22,9 @@ def test_a_suggested_fix_of_bit_widths_names_the_call_once_resolved():
     config = resolve_core_config(mct.core.CoreConfig(keep_float=fix))
     assert call_label(None, config) == "a16-5_w12-6"
     assert call_label(None, mct.core.CoreConfig()) == ""
+
+
+def test_an_equalization_fix_on_an_integer_target_names_the_call_in_words():
+    fix = SuggestedFix(equalize=True, equalized_pairs=["3 -> 5 -> 6"])
+    config = resolve_core_config(mct.core.CoreConfig(keep_float=fix, integer_only=True))
+    assert call_label(None, config) == "equalized_integer"

@@ -53,7 +53,7 @@ class FixMenu:
     weight_bits: tuple[int, ...] = MORE_BITS
     activation_bits: int | None = MORE_ACTIVATION_BITS
     target: str | None = None
-    prefer_equalization: bool = False
+    prefer_equalization: bool = True
 
     @classmethod
     def of(cls, config: CoreConfig) -> FixMenu:
