@@ -43,7 +43,8 @@ class TuningTrial:
         added: the quantizers this trial added, as ``"<layer> (activation)"`` or
             ``"<layer> (weights)"``.
         weights_bytes: memory of all weights at their bit-widths.
-        run_name: its TensorBoard run inside the call's call folder.
+        run_name: its name in TensorBoard: the tag of its graph in the call's
+            ``5_quantized_graph`` run (trial 1's is that run's graph).
         kept_activations: the layers whose outputs tuning kept float.
         kept_weights: the layers whose weights tuning kept float.
         weight_bits: the layers whose weights tuning gave more bits, and how many.

@@ -63,6 +63,7 @@ def trials_markdown(result: TuningResult) -> str:
         [
             "0 (float)",
             "all",
+            "-",
             f"{result.baseline_score:.4f}",
             "-",
             format_bytes(result.baseline_weights_bytes),
@@ -72,10 +73,12 @@ def trials_markdown(result: TuningResult) -> str:
     for t in result.trials:
         mark = " (returned)" if t.n == result.best_trial else ""
         kept = ", ".join(code(name) for name in t.kept_float) or "none"
+        changed = ", ".join(code(c) for c in t.bit_changes()) or "-"
         rows.append(
             [
                 f"{t.n}{mark}",
                 kept,
+                changed,
                 f"{t.score:.4f}",
                 result.format_drop(t.drop),
                 format_bytes(t.weights_bytes),
@@ -88,7 +91,7 @@ def trials_markdown(result: TuningResult) -> str:
         f"returned trial {result.best_trial}\n\n"
     )
     return head + markdown_table(
-        ["trial", "layers kept float", "score", "drop", "weights memory", "graph"], rows
+        ["trial", "layers kept float", "other changes", "score", "drop", "weights memory", "graph"], rows
     )
 
 
