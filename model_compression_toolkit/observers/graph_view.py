@@ -13,10 +13,11 @@ grouped to read top down::
     layer.*             kind, origin, weight shapes, fused activation
 
 "Color: Device" of a graph coloured by error: TensorBoard gives the n-th device it meets
-its n-th palette colour, so a ``colour legend`` group of one node per class comes first
-in the graph (layers named by integers, the children of an ``nn.Sequential``, are shown
-as ``[5]``: TensorBoard would meet them before anything else) and pins the palette: low
-error blue-grey, no quantizer pale green, inherited error pale cyan, medium peach, high
+its n-th palette colour, so one ``legend_<class>`` node per class comes first in the
+graph, at its top level (under the ``Resources`` tag TensorBoard meets the devices
+breadth-first, a group's nodes after every top-level layer; layers named by integers,
+the children of an ``nn.Sequential``, are shown as ``[5]``: TensorBoard would meet them
+before anything else) and pins the palette, the same under both tags: low error blue-grey, no quantizer pale green, inherited error pale cyan, medium peach, high
 salmon. The device names are the legend, in words, ending in the number of layers.
 """
 
@@ -36,7 +37,7 @@ from model_compression_toolkit.core.similarity.plan import local_group
 from model_compression_toolkit.core.similarity.report import LayerSimilarity, SimilarityReport
 from model_compression_toolkit.observers.protos import IN_SHORT, device_name
 
-LEGEND_GROUP = "colour legend"
+LEGEND_GROUP = "legend"  # no space: TensorBoard puts node names in CSS selectors unescaped
 # palette order: TensorBoard colours the n-th device with HUES[n] = 220, 100, 180, 40, 20
 ERROR_LEGEND = (
     ("low", f"low own error - output SQNR {CANDIDATE_DB:g} dB or more"),
@@ -258,7 +259,7 @@ def error_devices(graph: Graph, report: SimilarityReport) -> tuple[dict[str, str
     classes = {node.name: sim.error_class(node) for node in graph.nodes()}
     counts = {cls: sum(1 for c in classes.values() if c == cls) for cls, _ in ERROR_LEGEND}
     device = {cls: device_name(f"{text} - layers", counts[cls]) for cls, text in ERROR_LEGEND}
-    legend = [(f"{LEGEND_GROUP}/{cls}", device[cls]) for cls, _ in ERROR_LEGEND]
+    legend = [(f"{LEGEND_GROUP}_{cls}", device[cls]) for cls, _ in ERROR_LEGEND]
     return {name: device[cls] for name, cls in classes.items()}, legend
 
 

@@ -171,6 +171,7 @@ def run_metadata(
     memory: Mapping[str, NodeMemory],
     devices: Mapping[str, str] | None = None,
     start_micros: int | None = None,
+    legend: Sequence[tuple[str, str]] = (),
 ) -> config_pb2.RunMetadata:
     """Per-node memory as step stats, read by the Graphs dashboard under the ``Resources`` tag.
 
@@ -178,12 +179,19 @@ def run_metadata(
     whose ``total_bytes`` is weights + activation bytes (``live_bytes``: the weights, which
     stay resident); the activation bytes are in ``output``, whose shapes TensorBoard shows
     (batch 1). TensorBoard overwrites a node's device with its DeviceStepStats device, so
-    nodes are grouped by the same device label as in `graph_def`. No compute time is measured, so ``all_end_rel_micros`` stays 0 and
-    TensorBoard shows none rather than a made-up one.
+    nodes are grouped by the same device label as in `graph_def`. No compute time is measured,
+    so ``all_end_rel_micros`` stays 0 and TensorBoard shows none rather than a made-up one.
+
+    Under this tag TensorBoard colours the devices in the order the step stats list them,
+    not the graph's: the ``legend`` nodes (`graph_def`'s, each a device, in palette order)
+    come first, with no bytes, so a class has the same colour here as in the run graph.
     """
     names = graph_node_names(graph)
     start = int(time.time() * 1e6) if start_micros is None else start_micros
-    by_device: dict[str, list[step_stats_pb2.NodeExecStats]] = {}
+    by_device: dict[str, list[step_stats_pb2.NodeExecStats]] = {
+        device: [step_stats_pb2.NodeExecStats(node_name=name, all_start_micros=start)]
+        for name, device in legend
+    }
     for node in graph.nodes():
         mem = memory.get(node.name, NodeMemory(0.0, 0.0))
         w_bytes, a_bytes = math.ceil(mem.weights_bytes), math.ceil(mem.activation_bytes)

@@ -70,7 +70,7 @@ def write_graph(writer: RunWriter, graph: Graph, memory: Mapping, report=None, t
         writer.add_tagged_graph(tag, proto)
         return
     writer.add_graph(proto)
-    writer.add_run_metadata(RESOURCES_TAG, run_metadata(graph, memory, devices))
+    writer.add_run_metadata(RESOURCES_TAG, run_metadata(graph, memory, devices, legend=legend))
 
 
 def write_stage(open_writer: Callable[[str], RunWriter], report: StageReport) -> None:

@@ -24,9 +24,19 @@ ALL_CALLS = ("pytorch", "keras", "pytorch_outlier", "pytorch_fixed", "keras_outl
 OUTLIER_CALLS = ("pytorch_outlier", "keras_outlier")
 
 
-def open_graph(driver, board, run: str) -> None:
+def open_graph(driver, board, run: str, tag: str = "Default") -> None:
     browser.open_page(driver, f"{board.url}/#graphs")
-    pages.select_graph(driver, run)
+    pages.select_graph(driver, run, tag)
+
+
+def on_screen(driver) -> dict[str, tuple[int, int, int]]:
+    """Layer -> the colour drawn at the middle of its node, as the screen shows it."""
+    shapes = {layer_name(node): box for node, box in pages.node_shapes(driver).items()}
+    screen = pages.screenshot(driver)
+    return {
+        layer: screen.getpixel((int(box["x"] + box["width"] / 2), int(box["y"] + box["height"] / 2)))
+        for layer, box in shapes.items()
+    }
 
 
 @pytest.mark.parametrize("key", ALL_CALLS)
@@ -52,15 +62,28 @@ def test_on_screen_the_cause_is_drawn_warm_and_a_healthy_layer_cool(board, calls
     healthy = [la.name for la in report.layers if la.damage_class == "low" and la.role is None
                and logged.info.layers[la.name].activation]  # fmt: skip
     open_graph(driver, board, logged.name("5_quantized_graph"))
-    shapes = {layer_name(node): box for node, box in pages.node_shapes(driver).items()}
-    screen = pages.screenshot(driver)
+    colour = on_screen(driver)
+    assert pictures.warm(colour[cause]), (cause, colour[cause])
+    assert healthy and all(pictures.cool(colour[name]) for name in healthy), {n: colour[n] for n in healthy}
 
-    def colour(layer: str) -> tuple[int, int, int]:
-        box = shapes[layer]
-        return screen.getpixel((int(box["x"] + box["width"] / 2), int(box["y"] + box["height"] / 2)))
 
-    assert pictures.warm(colour(cause)), (cause, colour(cause))
-    assert healthy and all(pictures.cool(colour(name)) for name in healthy), {n: colour(n) for n in healthy}
+@pytest.mark.parametrize("key", OUTLIER_CALLS)
+def test_the_resources_tag_keeps_the_run_graphs_palette(board, calls, driver, key):
+    """Under ``Resources`` TensorBoard met the devices in another order and gave them other
+    colours: the cause turned pale cyan, "no quantizer" peach. Now every class, and every
+    node, has the colour it has in the run graph; the cause stays warm."""
+    logged = calls[key]
+    cause = logged.info.similarity.causes()[0].name
+    run = logged.name("5_quantized_graph")
+    seen = {}
+    for tag in ("Default", "Resources"):
+        open_graph(driver, board, run, tag)
+        seen[tag] = pages.device_colours(driver), on_screen(driver)
+    (default, default_nodes), (resources, resources_nodes) = seen["Default"], seen["Resources"]
+    assert resources == default
+    assert pictures.warm(resources_nodes[cause]), (cause, resources_nodes[cause])
+    layers = {la.name for la in logged.info.similarity.layers} & set(default_nodes)
+    assert layers and {n: resources_nodes[n] for n in layers} == {n: default_nodes[n] for n in layers}
 
 
 @pytest.mark.parametrize("key", OUTLIER_CALLS)
