@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import model_compression_toolkit as mct
 from model_compression_toolkit.core.calibration.quantizers import fake_quant
 from model_compression_toolkit.core.calibration.statistics import StatisticsCollector
-from model_compression_toolkit.core.calibration.thresholds import fill_activation_config
+from model_compression_toolkit.core.calibration.thresholds import (
+    _histogram_values,
+    error_power,
+    fill_activation_config,
+    histogram_error,
+)
 from model_compression_toolkit.core.config import QuantizationErrorMethod as QE
 from model_compression_toolkit.core.config import QuantizationMethod as QM
 from model_compression_toolkit.core.quant_config import ActivationQuantConfig
@@ -23,6 +31,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider':UserWarning"),
 ]
 
+FAST = settings(max_examples=30, deadline=None)
 SHIFT = -0.5  # the batch norm's shift after the ReLU: its outputs lie in [-0.5, ~4]
 
 
@@ -73,6 +82,25 @@ def test_a_named_method_is_used_as_given_on_shifted_values(method):
     x = np.maximum(np.random.default_rng(3).standard_normal(100_000), 0) + SHIFT
     cfg = _chosen(x, method=method, choose=False)
     assert cfg.method == method and cfg.signed and float(cfg.grid.zero_point) == 0
+
+
+@FAST
+@given(
+    hnp.arrays(np.float64, st.integers(1, 400), elements=st.floats(-50, 50, allow_nan=False)),
+    st.sampled_from([QE.MSE, QE.MAE, QE.NOCLIPPING]),
+)
+def test_the_chosen_grid_never_has_a_higher_error_than_the_symmetric_one(x, error_method):
+    """On the histogram it was chosen on, by the error method's own error (MSE for NOCLIPPING)."""
+    chosen, symmetric = _chosen(x, error_method), _chosen(x, error_method, choose=False)
+    collector = StatisticsCollector(channel_axis=None)
+    collector.update(x.astype(np.float32))
+    bins = _histogram_values(collector.result())[0]
+    p = error_power(error_method) or 2.0
+    assert (
+        histogram_error(*bins, chosen.grid, p)
+        <= histogram_error(*bins, symmetric.grid, p) * (1 + 1e-9) + 1e-300
+    )
+    assert float(fake_quant(np.zeros(1), chosen.grid)[0]) == 0.0  # an exact zero stays zero
 
 
 def test_choosing_twice_gives_the_same_grid():

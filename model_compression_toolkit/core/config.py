@@ -140,7 +140,7 @@ class QuantizationConfig:
             (the default): chosen per activation from its collected histogram, by the
             error the threshold search minimises (``activation_error_method``; MSE for
             NOCLIPPING): unsigned symmetric when the minimum is >= 0, else signed
-            symmetric unless ``UNIFORM`` (a zero point) has at most 0.8 times its error
+            symmetric unless ``UNIFORM`` (a zero point) has less than 0.8 times its error
             (the mean error of the error method, MSE for NOCLIPPING and KL),
             as after a ReLU then a batch norm with a negative shift. ``SYMMETRIC``,
             ``POWER_OF_TWO`` or ``UNIFORM`` set here, by a target platform or by a

@@ -195,7 +195,7 @@ def choose_activation_grid(
     with ``errors`` (the error method's; None: no search), then compared by
     ``judge(bins, grid)``, the mean ``|q(x) - x|**p`` of the error method (MSE for
     NOCLIPPING and KL: a divergence between histograms hardly sees levels left unused).
-    Uniform is kept when its error is at most ``UNIFORM_GAIN`` times the symmetric
+    Uniform is kept when its error is below ``UNIFORM_GAIN`` times the symmetric
     one's, as for ``relu -> batch norm`` with a negative shift (values in [-0.3, 6]),
     where a signed grid leaves most of its negative half unused.
     """
@@ -207,7 +207,7 @@ def choose_activation_grid(
     cfg.method = QuantizationMethod.UNIFORM
     _fill_activation_grid(cfg, values, low, high, errors)
     e_sym, e_uni = (float(np.max(judge(values, grid))) for grid in (symmetric[-1], cfg.grid))
-    if not e_uni <= UNIFORM_GAIN * e_sym:
+    if not e_uni < UNIFORM_GAIN * e_sym:  # a tie (both exact) keeps the symmetric grid
         cfg.method = QuantizationMethod.SYMMETRIC
         cfg.signed, cfg.threshold, cfg.range_min, cfg.range_max, cfg.grid = symmetric
 
