@@ -129,7 +129,8 @@ def test_export_run_shows_the_per_layer_table(framework, tmp_path):
     run = "onnx_fakely_quant" if framework == "pytorch" else "tflite_int8"
     acc = load(export_run / run)
     text = acc.Tensors("parity_layers")[0].tensor_proto.string_val[0].decode()
-    assert "float -> quantized ->" in text and "Every layer within one step" in text
+    assert "float -> quantized ->" in text and "First departing layer" not in text
+    assert "Every layer within one step" in text or "No layer departs on its own" in text
     for row in result.parity.layers.rows:
         assert f"| `{row.layer}` | {' -> '.join(f'`{n}`' for n in row.computed_by)} |" in text
     summary = acc.Tensors("summary")[0].tensor_proto.string_val[0].decode()
@@ -138,7 +139,7 @@ def test_export_run_shows_the_per_layer_table(framework, tmp_path):
 
 def test_the_reasons_are_told_apart():
     """On constructed tensors: ties rounded the other way, a layer computed otherwise than its
-    inputs explain, a constant offset."""
+    inputs explain, one passing its input's differences on, a constant offset."""
     rng = np.random.default_rng(0)
     step = 0.05
     ours = np.round(rng.uniform(0, 5, size=(8, 100)) / step) * step
@@ -150,13 +151,22 @@ def test_the_reasons_are_told_apart():
     noisy = ours.copy()
     noisy[:, ::10] += 3 * step * rng.choice([-1, 1], size=noisy[:, ::10].shape)  # 10 % three steps off
     otherwise.add(ours, noisy)
+    grown = LayerAccumulator(LayerGrid("d", "Conv", step, ("d",), inputs=("c",)), "t_d")
+    grown.add(ours, noisy)  # as many values off as its input: passed on, not its own
     offset = LayerAccumulator(LayerGrid("a", "Add", step, ("a",)), "t_a")
     offset.add(ours, ours + 3 * step)
-    table = explain([ties, otherwise, offset])
-    assert [r.departs for r in table.rows] == [False, True, True] and table.first_departure.layer == "c"
+    table = explain([ties, otherwise, grown, offset])
+    assert [r.kind for r in table.rows] == ["requantization", "otherwise", "grown", "offset"]
+    assert [r.departs for r in table.rows] == [
+        False,
+        True,
+        False,
+        True,
+    ] and table.first_departure.layer == "c"
+    assert "grown from its inputs' differences: `c` (3 steps on 10 %)" in table.rows[2].why
     assert "requantization" in table.rows[0].why and "0.62 %" in table.rows[0].why
     assert (
         "computed otherwise by the runtime: 10 % of values" in table.rows[1].why
         and "`b`" in table.rows[1].why
     )
-    assert "constant offset of +3.00 steps" in table.rows[2].why
+    assert "constant offset of +3.00 steps" in table.rows[3].why

@@ -28,6 +28,12 @@ STEP_SLACK = 1e-3
 # A layer whose inputs already differ by a step may, through its sums, land two steps off on
 # a few values: below this share of values, that is carried over, not a departure.
 CARRIED_SHARE = 1e-3
+# A layer with this many times more values over one step than its inputs have off at all
+# adds differences of its own.
+OWN_FACTOR = 10
+# the reasons `explain` tells, and those that make a layer depart on its own
+KINDS = ("requantization", "mismatch", "offset", "otherwise", "carried", "grown", "fused")
+DEPARTING = frozenset({"mismatch", "offset", "otherwise"})
 SCALE_RTOL = 1e-5  # a grid's scale as a file stores it (float32) against ours (float64)
 
 
@@ -165,8 +171,9 @@ class LayerParity:
         gain_off_share: the share of channels whose gain is off 1 by more than 1 %.
         fit_residual: the share of the difference's energy the fit leaves unexplained.
         why: what the numbers say about a difference, or None.
-        departs: more than one step off, on more than `CARRIED_SHARE` of the values
-            when an earlier layer already differs (`explain`).
+        kind: the reason in one word (`KINDS`), or None when the tensors are equal.
+        departs: more than one step off by a reason of its own (`DEPARTING`): not only
+            carrying over or growing its inputs' differences (`explain`).
     """
 
     layer: str
@@ -186,6 +193,7 @@ class LayerParity:
     gain_off_share: float | None = None
     fit_residual: float | None = None
     why: str | None = None
+    kind: str | None = None
     departs: bool = False
 
     @property
@@ -329,8 +337,14 @@ class LayerTable:
 
     @property
     def first_departure(self) -> LayerParity | None:
-        """The first layer, in topological order, more than one step off."""
+        """The first layer, in topological order, more than one step off by a reason of its
+        own (`LayerParity.departs`)."""
         return next((row for row in self.rows if row.departs), None)
+
+    @property
+    def first_beyond_one_step(self) -> LayerParity | None:
+        """The first layer, in topological order, more than one step off for any reason."""
+        return next((row for row in self.rows if row.beyond_one_step), None)
 
     def to_dict(self) -> dict[str, Any]:
         first = self.first_departure
@@ -338,61 +352,74 @@ class LayerTable:
             "runtime": self.runtime,
             "notes": list(self.notes),
             "first_departure": None if first is None else first.layer,
+            "first_beyond_one_step": None if (beyond := self.first_beyond_one_step) is None else beyond.layer,
             "rows": [row.to_dict() for row in self.rows],
         }
 
 
 def explain(accumulators: Sequence[LayerAccumulator]) -> LayerTable:
     """The rows of ``accumulators`` (in topological order), each with why it differs when
-    the numbers tell:
+    the numbers tell (``kind``: `KINDS`):
 
-    - one step off and never more: the runtime's own requantization (a tie rounded the
-      other way after integer arithmetic);
-    - a difference that ``gain * ours + offset`` explains: a weight or scale mismatch
-      (gain off 1), or a constant offset (a zero point or a bias);
-    - far more values off than in its inputs: the runtime computes the layer otherwise;
-    - more than one step on a few values (under `CARRIED_SHARE`) where its inputs already
-      differ: carried over from them, not a departure; more: grown from them.
+    - ``requantization``: one step off and never more: a tie rounded the other way after
+      the runtime's integer arithmetic;
+    - ``mismatch`` / ``offset``: a difference that ``gain * ours + offset`` explains per
+      channel: a weight or scale (gain off 1), or a zero point or a bias (offset);
+    - ``otherwise``: more than one step off where its inputs are equal, or on
+      `OWN_FACTOR` times more values than its inputs differ on: the runtime computes it
+      otherwise;
+    - ``carried`` / ``grown``: more than one step off where its inputs already differ, on
+      a few values (under `CARRIED_SHARE`) or more: their differences passed on.
+
+    A layer departs for the first three of those (`DEPARTING`).
     """
     rows: dict[str, LayerParity] = {}
     for acc in accumulators:
         row = acc.result()
-        inputs = [rows[n] for n in acc.layer.inputs if n in rows and (rows[n].max_steps or 0) > 0.5]
-        row.departs = row.beyond_one_step and (not inputs or row.over_one_step > CARRIED_SHARE)
-        if row.max_steps is not None and row.max_steps > 0.5:
-            row.why = _why(row, inputs)
+        if acc.tensor is None or acc.shape_error:
+            row.kind = "fused" if acc.tensor is None else None
+        elif row.max_steps is not None and row.max_steps > 0.5:
+            inputs = [rows[n] for n in acc.layer.inputs if n in rows and (rows[n].max_steps or 0) > 0.5]
+            row.kind, row.why = _why(row, inputs)
+            row.departs = row.beyond_one_step and row.kind in DEPARTING
         rows[row.layer] = row
     return LayerTable(list(rows.values()))
 
 
-def _why(row: LayerParity, inputs: Sequence[LayerParity]) -> str | None:
-    """What the numbers of ``row`` say, given its ``inputs`` that differ (`explain`)."""
-    fitted = row.fit_residual is not None and row.fit_residual < 0.25
+def _why(row: LayerParity, inputs: Sequence[LayerParity]) -> tuple[str, str]:
+    """The reason of a row off by half a step or more, given its ``inputs`` that differ (`explain`)."""
     chain = " -> ".join(row.computed_by)
-    if row.departs and fitted and row.gain is not None and (row.gain_off_share or 0) > 0:
-        return (
-            f"a weight or scale mismatch: the runtime's tensor is {row.gain:.3f} x ours (median over channels; "
-            f"{100 * (row.gain_off_share or 0):.0f} % of channels off 1), computed by {chain}"
-        )
-    if row.departs and fitted and row.offset_steps is not None and abs(row.offset_steps) >= 0.5:
-        return f"a constant offset of {row.offset_steps:+.2f} steps (a zero point or a bias differs)"
     if not row.beyond_one_step:
-        return (
+        return "requantization", (
             f"the runtime's own requantization: {100 * row.one_step:.2g} % of values one step off "
             "(a tie rounded the other way after integer arithmetic)"
         )
+    fitted = row.fit_residual is not None and row.fit_residual < 0.25
+    if fitted and row.gain is not None and (row.gain_off_share or 0) > 0:
+        return "mismatch", (
+            f"a weight or scale mismatch: the runtime's tensor is {row.gain:.3f} x ours (median over channels; "
+            f"{100 * (row.gain_off_share or 0):.0f} % of channels off 1), computed by {chain}"
+        )
+    if fitted and row.offset_steps is not None and abs(row.offset_steps) >= 0.5:
+        return (
+            "offset",
+            f"a constant offset of {row.offset_steps:+.2f} steps (a zero point or a bias differs)",
+        )
     if not inputs:
-        return f"computed otherwise by the runtime, its inputs equal (computed by {chain})"
+        return "otherwise", f"computed otherwise by the runtime, its inputs equal (computed by {chain})"
     shared = max(r.one_step + r.over_one_step for r in inputs)
     named = ", ".join(
         f"`{r.layer}` ({r.max_steps:.0f} steps on {100 * (r.one_step + r.over_one_step):.2g} %)"
         for r in inputs
     )
-    if row.departs and row.over_one_step > 10 * shared:
-        return (
+    if row.over_one_step > max(CARRIED_SHARE, OWN_FACTOR * shared):
+        return "otherwise", (
             f"computed otherwise by the runtime: {100 * row.over_one_step:.2g} % of values more than one step off, "
             f"where its inputs differ on far fewer: {named} (computed by {chain})"
         )
-    if not row.departs:
-        return f"carried over: {100 * row.over_one_step:.2g} % of values more than one step off, from {named}"
-    return f"grown from its inputs' differences: {named}"
+    if row.over_one_step <= CARRIED_SHARE:
+        return (
+            "carried",
+            f"carried over: {100 * row.over_one_step:.2g} % of values more than one step off, from {named}",
+        )
+    return "grown", f"grown from its inputs' differences: {named}"

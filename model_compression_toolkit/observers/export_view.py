@@ -201,14 +201,20 @@ def layers_markdown(report: ExportReport) -> str:
         return "### Per-layer parity\n\n" + "".join(
             f"- {note}\n" for note in table.notes or ["Not measured."]
         )
-    first = table.first_departure
-    head = f"### Per-layer parity: float -> quantized -> {table.runtime}\n\n" + (
-        f"**First departing layer: `{first.layer}`** ({first.layer_type}, computed by "
-        f"{' -> '.join(f'`{n}`' for n in first.computed_by)}): {first.max_steps:.2f} steps"
-        f"{f'; {first.why}' if first.why else ''}.\n\n"
-        if first is not None
-        else "Every layer within one step of the quantized model (or a few values more, carried over).\n\n"
-    )
+    first, beyond = table.first_departure, table.first_beyond_one_step
+    head = f"### Per-layer parity: float -> quantized -> {table.runtime}\n\n"
+    if first is not None:
+        head += (
+            f"**First departing layer: `{first.layer}`** ({first.layer_type}, computed by "
+            f"{' -> '.join(f'`{n}`' for n in first.computed_by)}): {first.max_steps:.2f} steps; {first.why}.\n\n"
+        )
+    elif beyond is not None:
+        head += (
+            f"No layer departs on its own. The first more than one step off is `{beyond.layer}` "
+            f"({beyond.max_steps:.2f} steps): {beyond.why}.\n\n"
+        )
+    else:
+        head += "Every layer within one step of the quantized model.\n\n"
     rows = [
         [
             f"`{r.layer}`" + (" **departs**" if r.departs else ""),
