@@ -88,19 +88,24 @@ def write_similarity(
 
 
 def histogram_titles(report: SimilarityReport, tags) -> dict[str, str]:
-    """Each compare point's card title: what step 0 and 1 are, and what its grid rounds to
-    zero and clips (of the values not zero in float; measured on the float output)."""
+    """Each compare point's card title: what its grid rounds to zero and clips (of the values
+    not zero in float; measured on the float output), first, then what steps 0 and 1 are.
+
+    TensorBoard's Histograms and Distributions dashboards show the title above the tag; Time
+    Series shows the tag alone, which stays the layer's name (the same card across calls,
+    trials and the tag filter)."""
     entries = {q.name: q for q in report.quantizers if q.kind == "activation"}
     titles = {}
     for name in tags:
-        title = f"{name}: float model (step 0) vs quantized model (step 1)"
         entry = entries.get(name)
+        shares = []
         if entry is not None:
             zero = finite_or_none(entry.zero_rounded_percent)
             clipped = finite_or_none(entry.clipped_percent)
-            title += f"; rounded to 0: {zero:.1f} %" if zero is not None else ""
-            title += f", clipped: {clipped:.2f} %" if clipped is not None else ""
-        titles[name] = title
+            shares += [f"rounded to 0: {zero:.1f} %"] if zero is not None else []
+            shares += [f"clipped: {clipped:.2f} %"] if clipped is not None else []
+        steps = "step 0 float model, step 1 quantized"
+        titles[name] = f"{name}: {', '.join(shares)} ({steps})" if shares else f"{name}: {steps}"
     return titles
 
 
@@ -150,12 +155,46 @@ def pair_histograms(
     return protos[0], protos[1]
 
 
-def _name(name: str) -> str:
-    return "`" + name.replace("`", "'").replace("|", "\\|") + "`"
+NAME_CHARS = 28  # longer names are cut in the middle in the tables: a column stays narrow
+
+
+def _name(name: str, limit: int | None = NAME_CHARS) -> str:
+    """A code span (never read as HTML or Markdown); past ``limit`` characters its middle is cut
+    to "…" (the node panel and ``similarity_report.json`` keep the full name)."""
+    text = str(name)
+    if limit is not None and len(text) > limit:
+        head = (limit - 1) // 2
+        text = text[:head] + "…" + text[len(text) - (limit - 1 - head) :]
+    return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
 
 
 def _bits(layer: LayerSimilarity) -> str:
     return f"{layer.weights_bits or '-'}/{layer.activation_bits or '-'}"
+
+
+def _table(header: list[str], align: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(align) + "|",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+
+
+# The tables fit TensorBoard's Text card (about 940 px at a 1400 px window). Its table takes
+# the card's width and shares it out by each column's one-line width, breaking words anywhere
+# ("p o o l") once the one-line widths add up to more: so every header and cell is short on
+# one line, a header's words on lines of their own (<br>), a layer's type under its name.
+CAUSES_HEADER = ["#", "quantizer<br>type", "bits", "alone<br>SQNR dB", "own<br>SQNR dB", "worst<br>channel dB",
+                 "rounded<br>to 0 %", "clipped<br>%", "cause"]  # fmt: skip
+REPORT_HEADER = ["#", "layer<br>type", "SQNR<br>dB", "local<br>SQNR dB", "alone<br>SQNR dB", "rounded<br>to 0 %",
+                 "clipped<br>%", "bits<br>W/A", "own<br>error", "accum.<br>error"]  # fmt: skip
+CAUSES_ALIGN = ["---:", "---", "---:", "---:", "---:", "---:", "---:", "---:", ":---:"]
+REPORT_ALIGN = ["---:", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---", "---"]
+
+
+def header_text(header: str) -> str:
+    """A header as one line (the tables' headers break their words with ``<br>``)."""
+    return header.replace("<br>", " ")
 
 
 def causes_markdown(report: SimilarityReport) -> str:
@@ -170,6 +209,13 @@ def causes_markdown(report: SimilarityReport) -> str:
     else:
         title = f"**No quantizer damages the output on its own** (every output SQNR alone ≥ {CAUSE_DB:g} dB)."
     head = [title]
+    lands = [q for q in causes if q.output_part]
+    if lands:
+        head += [""] + [
+            f"- {_name(q.name, None)} ({q.kind}) harms {_name(q.output_part, None)} most: "
+            f"{q.output_part_distinct} distinct values"
+            for q in lands
+        ]
     if fix.spread:
         head += ["", "The loss is spread: " + fix.spread]
     if fix:
@@ -183,23 +229,20 @@ def causes_markdown(report: SimilarityReport) -> str:
             "",
             "It " + "; ".join(fix.effects()) + ".",
         ]
-    rows = [
-        "| rank | quantizer | type | bits | output SQNR alone dB | own SQNR dB | median channel dB | worst channel dB "
-        "| channels < 15 dB % | rounded to 0 % | clipped % | range spread | lost inputs % | cause "
-        "| where the harm lands (worst part of an output) |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---|",
-    ]
-    for q in report.quantizers:
-        cells = [
-            str(q.rank), _name(f"{q.name} ({q.kind})"), _name(q.layer_type), str(q.bits),
-            _fmt(q.output_sqnr_db, ".1f"), _fmt(q.sqnr_db, ".1f"), _fmt(q.channel_sqnr_median_db, ".1f"),
-            _fmt(q.channel_sqnr_worst_db, ".1f"), _fmt(q.high_error_channels_percent, ".0f"),
-            _fmt(q.zero_rounded_percent, ".1f"), _fmt(q.clipped_percent, ".2f"), _fmt(q.channel_range_spread, ".3g"),
-            _fmt(q.lost_input_channels_percent, ".1f"), "**yes**" if q.cause else "",
-            _name(f"{q.output_part}: {q.output_part_distinct} distinct values") if q.output_part else "",
-        ]  # fmt: skip
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join([*head, "", *rows])
+    note = (
+        "*SQNR alone*: the model output's SQNR with this quantizer alone quantized. The channels' "
+        "median, range spread and lost inputs are in the node's panel (Graphs) and in similarity_report.json."
+    )
+    rows = [_quantizer_cells(q) for q in report.quantizers]
+    return "\n".join([*head, "", note, "", *_table(CAUSES_HEADER, CAUSES_ALIGN, rows)])
+
+
+def _quantizer_cells(q) -> list[str]:
+    return [
+        str(q.rank), f"{_name(q.name)}<br>{_name(q.layer_type)} {q.kind}", str(q.bits),
+        _fmt(q.output_sqnr_db, ".1f"), _fmt(q.sqnr_db, ".1f"), _fmt(q.channel_sqnr_worst_db, ".1f"),
+        _fmt(q.zero_rounded_percent, ".1f"), _fmt(q.clipped_percent, ".2f"), "**yes**" if q.cause else "",
+    ]  # fmt: skip
 
 
 def report_markdown(report: SimilarityReport) -> str:
@@ -208,28 +251,24 @@ def report_markdown(report: SimilarityReport) -> str:
     lines = [
         f"**{len(report.layers)} layers compared on {report.samples} samples, worst first** "
         "(by the output SQNR with the layer's own quantizers alone where measured, then by local SQNR). "
-        "*Accumulated*: quantized model vs float model at this layer; *local*: this layer "
-        f"alone quantized, fed the float input. *Own error*: what the layer's own quantizers do to the "
-        f"model output, the graph's colour (high: a cause, under {CAUSE_DB:g} dB; medium: under "
-        f"{CANDIDATE_DB:g} dB). *Accumulated error*, the summary plot's colour: low ≥ {low:g} dB, medium "
-        f"{medium:g}–{low:g} dB, high < {medium:g} dB.",
+        "*SQNR*: quantized model vs float model at this layer; *local*: this layer "
+        "alone quantized, fed the float input; *alone*: the model output with only this layer's quantizers. "
+        f"*Own error*, the graph's colour: high, a cause, under {CAUSE_DB:g} dB alone; medium under "
+        f"{CANDIDATE_DB:g} dB. *Accumulated error*, the summary plot's colour: low ≥ {low:g} dB, medium "
+        f"{medium:g}–{low:g} dB, high < {medium:g} dB. Cosine, MSE and thresholds are in the node's panel "
+        "(Graphs) and the Scalars.",
         "",
-        "| rank | layer | type | role | cosine mean | cosine min | SQNR dB | local SQNR dB | output SQNR alone dB "
-        "| median channel dB | rounded to 0 % | MSE | local MSE | weight threshold max | activation threshold "
-        "| % clipped | bits W/A | own error | accumulated error |",
-        "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---|---|",
     ]
     ranked = sorted(report.ranked(), key=lambda layer: _error_class(layer) is None)  # unknown SQNR last
-    for rank, layer in enumerate(ranked, start=1):
-        cells = [
-            str(rank), _name(layer.name), _name(layer.layer_type), layer.role or "",
-            _fmt(layer.cosine_mean, ".5f"), _fmt(layer.cosine_min, ".5f"),
-            _fmt(layer.sqnr_db, ".1f"), _fmt(layer.local_sqnr_db, ".1f"), _fmt(layer.output_sqnr_db, ".1f"),
-            _fmt(layer.channel_sqnr_median_db, ".1f"), _fmt(layer.zero_rounded_percent, ".1f"),
-            _fmt(layer.mse, ".3g"), _fmt(layer.local_mse, ".3g"),
-            _fmt(layer.weights_threshold_max, ".4g"), _fmt(layer.activation_threshold, ".4g"),
-            _fmt(layer.clipped_percent, ".2f"), _bits(layer),
-            layer.damage_class if _error_class(layer) else "n/a", layer.accumulated_class if _error_class(layer) else "n/a",
-        ]  # fmt: skip
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [_layer_cells(rank, layer) for rank, layer in enumerate(ranked, start=1)]
+    return "\n".join([*lines, *_table(REPORT_HEADER, REPORT_ALIGN, rows)])
+
+
+def _layer_cells(rank: int, layer: LayerSimilarity) -> list[str]:
+    known = _error_class(layer) is not None
+    return [
+        str(rank), f"{_name(layer.name)}<br>{_name(layer.layer_type)}",
+        _fmt(layer.sqnr_db, ".1f"), _fmt(layer.local_sqnr_db, ".1f"), _fmt(layer.output_sqnr_db, ".1f"),
+        _fmt(layer.zero_rounded_percent, ".1f"), _fmt(layer.clipped_percent, ".2f"), _bits(layer),
+        layer.damage_class if known else "n/a", layer.accumulated_class if known else "n/a",
+    ]  # fmt: skip
