@@ -5,6 +5,10 @@ like the same spike, and Distributions, with one step, drew nothing. Now a layer
 and quantized outputs are steps 0 and 1 of one tag on the same bins: Overlay mode draws
 both in one card, whose title gives the shares rounded to zero and clipped, and
 Distributions draws how quantization moves each percentile.
+
+The title is the summary's display name: the Histograms and Distributions dashboards show
+it above the tag (read here from the card as drawn); Time Series shows the tag alone, which
+stays the layer's name so a layer keeps one card across calls and tuning trials.
 """
 
 from __future__ import annotations
@@ -65,11 +69,18 @@ def test_the_card_title_gives_the_share_rounded_to_zero_and_clipped(board, calls
     layer, run = logged.names["activation"], logged.name("5_quantized_graph")
     (quantizer,) = [q for q in logged.info.similarity.quantizers if (q.name, q.kind) == (layer, "activation")]
     pages.open_dashboard(driver, board, pages.fragment("histograms", f"^{re.escape(layer)}$", f"^{re.escape(run)}$"), [run])
-    title = browser.wait_for(
-        lambda: next((c["title"] for c in pages.cards(driver, "tf-histogram-loader")
-                      if (c["run"], c["tag"]) == (run, layer) and c["title"]), None),
+    heading = browser.wait_for(  # what the card shows above its chart, not a property
+        lambda: pages.on_card(driver, "tf-histogram-loader", run, layer, browser.TEXT_JS + """
+            const h = el.shadowRoot && el.shadowRoot.querySelector('tf-card-heading');
+            if (!h || !h.displayName) return null;
+            const box = h.getBoundingClientRect(), card = el.getBoundingClientRect();
+            const clipped = [];
+            walkAll(h, n => { if (n.clientWidth > 0 && n.scrollWidth > n.clientWidth + 1) clipped.push(n.className); });
+            return {text: text(h), inside: box.left >= card.left - 1 && box.right <= card.right + 1, clipped};"""),
         pages.DASHBOARD_TIMEOUT_S, "the card's title",
     )  # fmt: skip
+    assert heading["inside"] and heading["clipped"] == [], heading
+    title = heading["text"]
     rounded = re.search(r"rounded to 0: ([\d.]+) %", title)
     clipped = re.search(r"clipped: ([\d.]+) %", title)
     assert rounded and clipped, title
