@@ -54,7 +54,7 @@ def test_the_graph_run_menu_lists_each_call_in_pipeline_order_with_its_name(driv
     assert re.fullmatch(r"Sequential_outlier_\d{8}-\d{6}", names["pytorch_outlier"]), names  # run_name="outlier"
     assert re.fullmatch(r"digits_cnn_outlier_\d{8}-\d{6}", names["keras_outlier"]), names
     # its fix: the outlier ReLU's output at 16 bits, the next conv's weights at 12
-    assert re.fullmatch(r"Sequential_equalized_\d{8}-\d{6}", names["pytorch_fixed"]), names  # the fix: channels equalized
+    assert re.fullmatch(r"Sequential_tuned_\d{8}-\d{6}", names["pytorch_fixed"]), names  # tuned PTQ
 
 
 def test_the_line_a_call_ends_with_opens_that_call_alone(calls):
