@@ -20,12 +20,14 @@ def run_folders(log_folder: Path) -> list[Path]:
 
 
 def resources(acc: ea.EventAccumulator) -> dict[str, int]:
-    """Bytes per node from the stage's `Resources` run metadata."""
+    """Bytes per node from the stage's `Resources` run metadata (the colour legend's nodes,
+    listed there without memory to keep the palette's order, left out)."""
     meta = acc.RunMetadata("Resources")
     return {
         layer_name(ns.node_name): max(m.total_bytes for m in ns.memory)
         for dev in meta.step_stats.dev_stats
         for ns in dev.node_stats
+        if ns.memory
     }
 
 
