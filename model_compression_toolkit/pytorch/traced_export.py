@@ -43,37 +43,81 @@ def reads_constants(err: BaseException) -> bool:
 
     seen: BaseException | None = err
     while seen is not None:
-        if isinstance(seen, GuardOnDataDependentSymNode) or "not supported for tensor subclasses" in str(seen):
+        if isinstance(seen, GuardOnDataDependentSymNode) or "not supported for tensor subclasses" in str(
+            seen
+        ):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
 
 
-def write(model: nn.Module, args: tuple, path: Path, graph: Graph, opset: int) -> tuple[list[str], dict[str, float]]:
+def write(
+    model: nn.Module, args: tuple, path: Path, graph: Graph, opset: int
+) -> tuple[list[str], dict[str, float]]:
     """Export the export module ``model`` (`export.export_module`) by tracing it with
     ``args``; the notes and the figures of the bias pass (`onnx_model.finish`), as
-    `export.write_onnx` returns them. The batch dimension stays dynamic."""
-    import onnx
+    `export.write_onnx` returns them.
 
+    The batch dimension stays dynamic when the traced file runs a batch of another size; a
+    module that reads its input's shape as numbers (onnx2torch's Softmax reshapes to the
+    shape it read) keeps the example's batch size as a constant, and then the file takes
+    that batch size only, and a note says so.
+    """
     from model_compression_toolkit.pytorch import onnx_model
 
     opset = min(opset, TRACED_OPSET)
     register_symbolics(opset)
+    proto, notes = _trace(model, args, graph, opset, dynamic=True), []
+    if not _runs_one_sample(proto, args):
+        proto = _trace(model, args, graph, opset, dynamic=False)
+        notes.append(
+            f"the ONNX model takes batches of {len(args[0])} samples only: traced, its code holds the batch size "
+            "as a constant"
+        )
+    return notes, onnx_model.finish(proto, path, graph)
+
+
+def _trace(model: nn.Module, args: tuple, graph: Graph, opset: int, dynamic: bool) -> Any:
+    """The ModelProto of the TorchScript exporter's trace of ``model``."""
+    import onnx
+
     buffer = io.BytesIO()
     names = onnx_support.input_names(graph)
-    with warnings.catch_warnings(), torch.no_grad(), onnx_support.quiet_onnx_logging(), _opset_for_converted(opset):
+    axes = {n: {0: "batch"} for n, a in zip(names, args) if a.dim() > 0} if dynamic else None
+    with (
+        warnings.catch_warnings(),
+        torch.no_grad(),
+        onnx_support.quiet_onnx_logging(),
+        _opset_for_converted(opset),
+    ):
         warnings.simplefilter("ignore")
         try:
             torch.onnx.export(
                 _Traced(model), args, buffer, dynamo=False, opset_version=opset, input_names=names,
-                dynamic_axes={n: {0: "batch"} for n, a in zip(names, args) if a.dim() > 0},
+                dynamic_axes=axes,
             )  # fmt: skip
         except Exception as err:  # noqa: BLE001 - the TorchScript exporter's many error types
             raise ExportError(
                 f"torch.onnx.export (traced) could not export the quantized model: {onnx_support.first_line(err)}"
             ) from err
-    proto = onnx.load_model_from_string(buffer.getvalue())
-    return [], onnx_model.finish(proto, path, graph)
+    return onnx.load_model_from_string(buffer.getvalue())
+
+
+def _runs_one_sample(proto: Any, args: tuple) -> bool:
+    """Whether onnxruntime runs the traced file on the example's first sample alone (a
+    batch size other than the trace's). Files over 2 GiB are not tried."""
+    import onnxruntime as ort
+
+    if any(a.dim() == 0 or len(a) < 2 for a in args) or proto.ByteSize() > 2**31 - 1:
+        return True
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session.run(None, {i.name: a[:1].numpy() for i, a in zip(session.get_inputs(), args)})
+    except Exception:  # noqa: BLE001 - onnxruntime's errors: a shape it cannot reshape
+        return False
+    return True
 
 
 @contextmanager
@@ -115,7 +159,9 @@ def register_symbolics(opset: int) -> None:
     types = {"int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16, "uint16": torch.uint16}
 
     @symbolic_helper.parse_args("v", "f", "i", "i", "i", "s")
-    def quantize_dequantize(g: Any, x: Any, scale: float, zero_point: int, lo: int, hi: int, dtype: str) -> Any:
+    def quantize_dequantize(
+        g: Any, x: Any, scale: float, zero_point: int, lo: int, hi: int, dtype: str
+    ) -> Any:
         s = g.op("Constant", value_t=torch.tensor(scale, dtype=torch.float32))
         zp = g.op("Constant", value_t=torch.tensor(zero_point, dtype=types[dtype]))
         q = g.op("QuantizeLinear", x, s, zp)
