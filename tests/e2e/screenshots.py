@@ -91,9 +91,23 @@ def _open_graph(driver, board: TensorBoard, logged: LoggedRun, node: str):
     time.sleep(SETTLE_S)
     legend = pages.element_box(driver, ".legend-holder")
     legend["height"] = LEGEND_PX
-    boxes = {"graph": pages.element_box(driver, "g.nodes"), "panel": pages.element_box(driver, "tf-node-info"),
-             "legend": legend}  # fmt: skip
+    boxes = {"graph": layers_box(driver), "panel": pages.element_box(driver, "tf-node-info"), "legend": legend}
     return pages.screenshot(driver), boxes
+
+
+def layers_box(driver) -> dict:
+    """The box of the drawn layers, labels included: the ``legend_<class>`` nodes beside
+    them, which pin the palette, are left out (the sidebar's legend says it in words)."""
+    return browser.call_on(driver, "tf-graph-scene", """
+    const root = el.shadowRoot || el;
+    let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+    for (const n of root.querySelectorAll('g.nodes > g.node')) {
+      if ((n.getAttribute('data-name') || '').startsWith('legend_')) continue;
+      const r = n.getBoundingClientRect();
+      x0 = Math.min(x0, r.left); y0 = Math.min(y0, r.top); x1 = Math.max(x1, r.right); y1 = Math.max(y1, r.bottom);
+    }
+    return {x: x0, y: y0, width: x1 - x0, height: y1 - y0};
+    """)  # fmt: skip
 
 
 def overview(driver, board, logs) -> Any:
