@@ -11,7 +11,7 @@ import model_compression_toolkit as mct
 from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB
 from model_compression_toolkit.core.similarity.plan import Comparison
 from model_compression_toolkit.core.similarity.reference import FloatReference
-from model_compression_toolkit.observers.cosine_plots import SUMMARY_TAG, sample_tag
+from model_compression_toolkit.observers.cosine_plots import SAMPLES_TAG, SUMMARY_TAG
 from model_compression_toolkit.observers.similarity_view import scalar_tag
 from model_compression_toolkit.observers.stage_view import stage_run
 from model_compression_toolkit.pipeline.backends import get_backend
@@ -81,7 +81,7 @@ def test_similarity_reads_back_from_tensorboard(fw, trained_digits, tmp_path):
     (run,) = run_folders(tmp_path)
     acc = load(run / stage_run("quantized_graph"))
     images = acc.Tags()["images"]
-    assert {sample_tag(i) for i in range(20)} | {SUMMARY_TAG} <= set(images)
+    assert {SAMPLES_TAG, SUMMARY_TAG} <= set(images)
     assert any(tag.startswith("Filters/") for tag in images)
     histograms = acc.Tags()["histograms"]
     for layer in info.similarity.layers:

@@ -5,7 +5,9 @@
                                     the min-max band over the samples, the worst sample, the
                                     local cosine; the worst *cause* and the row where the
                                     accumulated error starts are marked
-    Cosine similarity/1_sample_<i>  the same rows for one sample, the mean in grey behind
+    Cosine similarity/1_samples     the same rows for one sample, the mean in grey behind;
+                                    one card, a step per sample (step = the sample's index),
+                                    the SAMPLE_STEPS samples with the lowest cosine
     Filters/<conv>                  float filters beside their quantized version
 
 Layer names run down the left, so a picture grows taller, never narrower, with the model;
@@ -47,10 +49,19 @@ MAX_FILTERS = 64
 FILTER_PANEL_PX = 150
 FILTER_LAYERS = 2
 SUMMARY_TAG = "Cosine similarity/0_summary"
+SAMPLES_TAG = "Cosine similarity/1_samples"
+# TensorBoard keeps 10 images per tag by default (--samples_per_plugin): with more steps it
+# would drop some at random, so the 10 samples with the lowest cosine are written.
+SAMPLE_STEPS = 10
 
 
-def sample_tag(i: int) -> str:
-    return f"Cosine similarity/1_sample_{i:02d}"
+def worst_samples(matrix: np.ndarray, count: int = SAMPLE_STEPS) -> list[int]:
+    """The ``count`` samples (columns of ``matrix``) whose lowest cosine over the layers is
+    lowest, in sample order; samples with no finite value come last."""
+    if matrix.size == 0:
+        return []
+    lowest = np.where(np.isfinite(matrix), matrix, np.inf).min(axis=0)
+    return sorted(np.argsort(lowest, kind="stable")[:count].tolist())
 
 
 def _pt(px: float) -> float:
@@ -190,9 +201,9 @@ class CosinePlots:
         self._draw(self.axes_only, *artists)
         return canvas_png(self.canvas)
 
-    def samples(self) -> list[bytes]:
-        """One plot per sample: its cosine at every layer, its lowest layer named, the mean
-        over the samples in grey behind it."""
+    def samples(self, indices: list[int] | None = None) -> list[bytes]:
+        """One plot per sample (of ``indices``; default: every sample): its cosine at every
+        layer, its lowest layer named, the mean over the samples in grey behind it."""
         ax, y, layers, matrix = self.ax, self.y, self.layers, self.matrix
         if not layers or matrix.shape[1] == 0:
             return []
@@ -209,7 +220,7 @@ class CosinePlots:
         title = self._text(8, 6, "", FONT_PX + 1, weight="bold")
         note = self._text(8, 26, "", FONT_PX - 1, color="tab:red")
         pngs = []
-        for i in range(matrix.shape[1]):
+        for i in range(matrix.shape[1]) if indices is None else indices:
             values = matrix[:, i]
             line.set_xdata(values)
             title.set_text(f"Cosine similarity, sample {i}")

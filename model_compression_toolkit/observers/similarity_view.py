@@ -7,8 +7,8 @@
                                                 title gives the share rounded to 0 and clipped
     Scalars     similarity/<metric> (accumulated), similarity/<metric> (local)
                                                 step = the layer's topological position
-    Images      Cosine similarity/0_summary, Cosine similarity/1_sample_<i>, Filters/<conv>
-                                                (`cosine_plots`)
+    Images      Cosine similarity/0_summary, Cosine similarity/1_samples (a step per
+                                                sample), Filters/<conv> (`cosine_plots`)
 
 Nothing non-finite is written: a bad number is left out of the scalars, drawn as a gap in
 the plots and shown as "n/a" in the tables. The graph's colours and node attributes are
@@ -33,11 +33,12 @@ from model_compression_toolkit.core.similarity.report import (
     SimilarityReport,
 )
 from model_compression_toolkit.observers.cosine_plots import (
+    SAMPLES_TAG,
     SUMMARY_TAG,
     CosinePlots,
     filter_nodes,
     filters_png,
-    sample_tag,
+    worst_samples,
 )
 from model_compression_toolkit.observers.event_file import RunWriter
 from model_compression_toolkit.observers.protos import histogram_proto
@@ -80,8 +81,10 @@ def write_similarity(
     writer.add_histogram_pairs(pairs, histogram_titles(report, pairs))
     plots = CosinePlots(report)
     writer.add_image(SUMMARY_TAG, plots.summary(), display_name="cosine similarity per layer: summary")
-    for i, png in enumerate(plots.samples()):
-        writer.add_image(sample_tag(i), png, display_name=f"cosine similarity per layer: sample {i}")
+    steps = worst_samples(plots.matrix)
+    title = f"cosine similarity per layer, one sample per step: the {len(steps)} lowest of {plots.matrix.shape[1]}"
+    for step, png in zip(steps, plots.samples(steps)):
+        writer.add_image(SAMPLES_TAG, png, step=step, display_name=title)
     for node in filter_nodes(graph):
         writer.add_image(f"Filters/{node.name}", filters_png(node, quantized_weights))
     writer.flush()

@@ -3,8 +3,11 @@
 There were 21 images a call, wider than the card and shrunk to about 7 px text; the
 summary sorted after ``sample_19``, onto page 2; its red marker always fell on the output
 layer, the symptom. Now the summary sorts first, is drawn at the card's width with text of
-10 px or more, and marks the worst cause and where the accumulated drop starts; the 20
-per-sample plots follow it.
+10 px or more, and marks the worst cause and where the accumulated drop starts.
+
+Issue 32: five calls still made 105 "Cosine similarity" cards. The per-sample plots are
+now one card, a step per sample (the 10 with the lowest cosine, as many as TensorBoard
+keeps per tag), after the summary: two cards a call.
 """
 
 from __future__ import annotations
@@ -21,14 +24,17 @@ from tests.e2e import browser, pages, pictures
 pytestmark = pytest.mark.e2e
 
 SUMMARY = "Cosine similarity/0_summary"
-SAMPLES = 20  # DebugConfig.similarity_samples
+SAMPLES = "Cosine similarity/1_samples"
 MIN_GLYPH_PX = 7  # the height of a digit in a 10 px font (DejaVu Sans: 0.73 em)
 OUTLIER_CALLS = ("pytorch_outlier", "keras_outlier")
 
 
 def test_each_summary_is_on_the_first_page_before_its_samples(board, calls, driver):
     """Opened with no filter, the Images dashboard's first page shows every call's summary,
-    each before the per-sample plots of its call, which are all there."""
+    each before the one card of its per-sample plots, whose steps are the samples with the
+    lowest cosine."""
+    from model_compression_toolkit.observers.cosine_plots import cosine_matrix, worst_samples
+
     browser.open_page(driver, f"{board.url}/#images")
     runs = {logged.name("5_quantized_graph") for logged in calls.values()}
     shown = browser.wait_for(
@@ -36,12 +42,15 @@ def test_each_summary_is_on_the_first_page_before_its_samples(board, calls, driv
         and {x["run"] for x in c} == runs and c,
         pages.DASHBOARD_TIMEOUT_S, "the similarity pictures of every call",
     )  # fmt: skip
-    for run in runs:
+    for logged in calls.values():
+        run = logged.name("5_quantized_graph")
         tags = [c["tag"] for c in shown if c["run"] == run]
-        assert tags[0] == SUMMARY, (run, tags)
+        assert tags[:2] == [SUMMARY, SAMPLES], (run, tags)
         served = board.json("/data/plugin/images/tags")[run]
-        samples = sorted(t for t in served if t.startswith("Cosine similarity/") and t != SUMMARY)
-        assert len(samples) == SAMPLES and sorted([SUMMARY, *samples]) == [SUMMARY, *samples]
+        assert sorted(t for t in served if t.startswith("Cosine similarity/")) == [SUMMARY, SAMPLES]
+        steps = [image["step"] for image in board.json("/data/plugin/images/images", run=run, tag=SAMPLES)]
+        matrix = cosine_matrix(logged.info.similarity)
+        assert steps == worst_samples(matrix) and len(steps) == 10 < matrix.shape[1], steps
 
 
 def summary_picture(driver, board, run: str) -> tuple[dict, Image.Image]:
