@@ -31,6 +31,9 @@ CARRIED_SHARE = 1e-3
 # A layer with this many times more values over one step than its inputs have off at all
 # adds differences of its own.
 OWN_FACTOR = 10
+# The per-channel fit reads at most this many values per batch (positions strided), and at
+# least this many positions per channel.
+FIT_VALUES, FIT_ROWS = 2**18, 256
 # the reasons `explain` tells, and those that make a layer depart on its own
 KINDS = ("requantization", "mismatch", "offset", "otherwise", "carried", "grown", "fused")
 DEPARTING = frozenset({"mismatch", "offset", "otherwise"})
@@ -223,8 +226,11 @@ class _ChannelFit:
 
     def add(self, ref: np.ndarray, out: np.ndarray) -> None:
         axis = self.layer.channel_axis if self.layer.channel_axis is not None and ref.ndim > 1 else -1
-        x = np.moveaxis(ref, axis, -1).reshape(-1, ref.shape[axis] if ref.ndim else 1)
+        channels = ref.shape[axis] if ref.ndim else 1
+        x = np.moveaxis(ref, axis, -1).reshape(-1, channels)
         y = np.moveaxis(out, axis, -1).reshape(x.shape)
+        stride = max(1, len(x) // max(FIT_ROWS, FIT_VALUES // channels))  # a sample of positions is enough
+        x, y = x[::stride], y[::stride]
         edge = 0.5 * self.layer.scale
         inside = (x > self.layer.low + edge) & (x < self.layer.high - edge)
         inside &= (y > self.layer.low + edge) & (y < self.layer.high - edge)
@@ -285,16 +291,21 @@ class LayerAccumulator:
             self.shape_error = f"shape {list(np.shape(runtime))} against ours {list(ref.shape)}"
             return
         out = np.asarray(runtime, dtype=np.float64).reshape(ref.shape)
-        steps = np.abs(out - ref) / self.layer.scale
+        diff = out - ref
+        size = np.abs(diff)
+        scale = self.layer.scale
+        over = int(np.count_nonzero(size > (1 + STEP_SLACK) * scale))
         self.n += ref.size
-        self.max_abs = max(self.max_abs, float(steps.max()) if steps.size else 0.0)
-        self.over += int(np.sum(steps > 1 + STEP_SLACK))
-        self.one += int(np.sum((steps > 0.5) & (steps <= 1 + STEP_SLACK)))
-        self.s_rr += float(np.sum(ref * ref))
-        self.s_oo += float(np.sum(out * out))
-        self.s_ro += float(np.sum(ref * out))
-        self.s_dd += float(np.sum((out - ref) ** 2))
-        self.fit.add(ref, out)
+        self.max_abs = max(self.max_abs, float(size.max()) / scale if size.size else 0.0)
+        self.over += over
+        self.one += int(np.count_nonzero(size > 0.5 * scale)) - over
+        flat_ref, flat_out, flat_diff = ref.ravel(), out.ravel(), diff.ravel()
+        self.s_rr += float(np.dot(flat_ref, flat_ref))
+        self.s_oo += float(np.dot(flat_out, flat_out))
+        self.s_ro += float(np.dot(flat_ref, flat_out))
+        self.s_dd += float(np.dot(flat_diff, flat_diff))
+        if over:  # the fit explains departures; a batch within one step has none to explain
+            self.fit.add(ref, out)
 
     def result(self) -> LayerParity:
         layer = self.layer

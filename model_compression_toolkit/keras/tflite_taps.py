@@ -73,7 +73,7 @@ class TFLiteTaps:
     def run(
         self, batch: Sequence[np.ndarray], tensors: Sequence[str]
     ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
-        """The model's outputs on one batch, and the values (dequantized, float64) of ``tensors``."""
+        """The model's outputs on one batch, and the values (dequantized, float32) of ``tensors``."""
         interp: Any = self.interp
         arrays = [np.asarray(x) for x in batch]
         for index, array in zip(self._inputs, arrays, strict=True):
@@ -86,5 +86,6 @@ class TFLiteTaps:
         result = {}
         for name in dict.fromkeys(tensors):
             index, scale, zero = self._index[name]
-            result[name] = (np.asarray(interp.get_tensor(index), dtype=np.float64) - zero) * scale
+            q = np.asarray(interp.get_tensor(index), dtype=np.float32)
+            result[name] = (q - np.float32(zero)) * np.float32(scale)
         return [np.array(interp.get_tensor(i)) for i in self._outputs], result

@@ -75,7 +75,7 @@ class OnnxTaps:
     def run(
         self, batch: Sequence[np.ndarray], tensors: Sequence[str]
     ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
-        """The model's outputs on one batch, and the values (dequantized, float64) of ``tensors``."""
+        """The model's outputs on one batch, and the values (dequantized, float32) of ``tensors``."""
         feeds = {}
         for name, x in zip(self.inputs, batch, strict=True):
             array = np.asarray(x)
@@ -85,5 +85,5 @@ class OnnxTaps:
         result = {}
         for name, q in zip(wanted, values[len(self.outputs) :]):
             scale, zero = self._grids[name]
-            result[name] = (np.asarray(q, dtype=np.float64) - zero) * scale
+            result[name] = (np.asarray(q, dtype=np.float32) - np.float32(zero)) * np.float32(scale)
         return [np.asarray(o) for o in values[: len(self.outputs)]], result
