@@ -257,8 +257,8 @@ def report_markdown(report: SimilarityReport) -> str:
         "*SQNR*: quantized model vs float model at this layer; *local*: this layer "
         "alone quantized, fed the float input; *alone*: the model output with only this layer's quantizers. "
         f"*Own error*, the graph's colour: high, a cause, under {CAUSE_DB:g} dB alone; medium under "
-        f"{CANDIDATE_DB:g} dB. *Accumulated error*, the summary plot's colour: low ≥ {low:g} dB, medium "
-        f"{medium:g}–{low:g} dB, high < {medium:g} dB. Cosine, MSE and thresholds are in the node's panel "
+        f"{CANDIDATE_DB:g} dB. *Accumulated error*, the summary plot's colour: low {low:g} dB or more, medium "
+        f"{medium:g}–{low:g} dB, high under {medium:g} dB. Cosine, MSE and thresholds are in the node's panel "
         "(Graphs) and the Scalars.",
         "",
     ]
