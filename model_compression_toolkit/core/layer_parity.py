@@ -216,6 +216,20 @@ def _db(signal: float, noise: float) -> float:
     return 10 * math.log10(signal / noise) if signal > 0 else -math.inf
 
 
+def _by_channel(a: np.ndarray, axis: int) -> np.ndarray:
+    """``a`` as (positions, channels), float64, on a strided sample of at most about
+    `FIT_VALUES` values (at least `FIT_ROWS` positions): only the sample is copied."""
+    if a.ndim == 0:
+        return a.reshape(1, 1).astype(np.float64)
+    axis %= a.ndim
+    channels = a.shape[axis]
+    before, after = int(np.prod(a.shape[:axis])), int(np.prod(a.shape[axis + 1 :]))
+    view = np.ascontiguousarray(a).reshape(before, channels, after)
+    stride = max(1, before * after // max(FIT_ROWS, FIT_VALUES // max(channels, 1)))
+    view = view[:, :, ::stride] if after >= stride else view[::stride]
+    return view.transpose(0, 2, 1).reshape(-1, channels).astype(np.float64)
+
+
 class _ChannelFit:
     """Per channel, sums for the fit ``runtime = gain * ours + offset`` over the values off
     both ends of the grid (a clipped value follows no line)."""
@@ -226,11 +240,7 @@ class _ChannelFit:
 
     def add(self, ref: np.ndarray, out: np.ndarray) -> None:
         axis = self.layer.channel_axis if self.layer.channel_axis is not None and ref.ndim > 1 else -1
-        channels = ref.shape[axis] if ref.ndim else 1
-        x = np.moveaxis(ref, axis, -1).reshape(-1, channels)
-        y = np.moveaxis(out, axis, -1).reshape(x.shape)
-        stride = max(1, len(x) // max(FIT_ROWS, FIT_VALUES // channels))  # a sample of positions is enough
-        x, y = x[::stride], y[::stride]
+        x, y = _by_channel(ref, axis), _by_channel(out, axis)
         edge = 0.5 * self.layer.scale
         inside = (x > self.layer.low + edge) & (x < self.layer.high - edge)
         inside &= (y > self.layer.low + edge) & (y < self.layer.high - edge)
@@ -280,17 +290,18 @@ class LayerAccumulator:
     def add(
         self, reference: np.ndarray, runtime: np.ndarray | None, floating: np.ndarray | None = None
     ) -> None:
-        ref = np.asarray(reference, dtype=np.float64)
+        ref = np.asarray(reference, dtype=np.float32)  # values on grids: float32 holds their steps exactly
         if floating is not None and np.size(floating) == ref.size:
-            flt = np.asarray(floating, dtype=np.float64).reshape(ref.shape)
-            self.f_signal += float(np.sum(flt**2))
-            self.f_noise += float(np.sum((ref - flt) ** 2))
+            flt = np.asarray(floating, dtype=np.float32).ravel()
+            noise = ref.ravel() - flt
+            self.f_signal += float(np.dot(flt, flt))
+            self.f_noise += float(np.dot(noise, noise))
         if runtime is None:
             return
         if np.size(runtime) != ref.size:
             self.shape_error = f"shape {list(np.shape(runtime))} against ours {list(ref.shape)}"
             return
-        out = np.asarray(runtime, dtype=np.float64).reshape(ref.shape)
+        out = np.asarray(runtime, dtype=np.float32).reshape(ref.shape)
         diff = out - ref
         size = np.abs(diff)
         scale = self.layer.scale
