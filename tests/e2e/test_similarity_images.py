@@ -103,3 +103,27 @@ def test_the_summary_marks_the_worst_cause_and_where_the_drift_starts_not_the_ou
 
     assert marked(cause) > 10 and marked(start) > 10, (cause, start, [marked(i) for i in range(len(names))])
     assert marked(len(names) - 1) == 0
+
+
+def test_time_series_shows_two_cosine_cards_a_call(board, calls, driver):
+    """TensorBoard's default dashboard, filtered to the cosine pictures, counts two cards a
+    call (it counted 21 a call, 105 for five)."""
+    pages.open_dashboard(driver, board, "timeseries", ["Pinned"])
+    typed = browser.wait_for(
+        lambda: driver.execute_script(pages._WALK + """
+            let done = false;
+            walkAll(document.documentElement, n => {
+              if (n.nodeName === 'INPUT' && (n.placeholder || '').startsWith('Filter tags')) {
+                n.value = '^Cosine similarity/'; n.dispatchEvent(new Event('input', {bubbles: true})); done = true;
+              }
+            });
+            return done;"""),
+        pages.DASHBOARD_TIMEOUT_S, "Time Series' tag filter",
+    )  # fmt: skip
+    assert typed
+    count = browser.wait_for(  # the count shows once every run's tags are in
+        lambda: (m := re.search(r"Tags matching filter (\d+) cards?", browser.deep_text(driver)))
+        and int(m[1]) >= 2 * len(calls) and int(m[1]),
+        pages.DASHBOARD_TIMEOUT_S, "the count of cards matching the filter",
+    )  # fmt: skip
+    assert count == 2 * len(calls)
