@@ -184,13 +184,12 @@ def run_metadata(
 
     Under this tag TensorBoard colours the devices in the order the step stats list them,
     not the graph's: the ``legend`` nodes (`graph_def`'s, each a device, in palette order)
-    come first, with 0 bytes, so a class has the same colour here as in the run graph.
+    come first, with no memory, so a class has the same colour here as in the run graph.
     """
     names = graph_node_names(graph)
     start = int(time.time() * 1e6) if start_micros is None else start_micros
-    nothing = [step_stats_pb2.AllocatorMemoryUsed(allocator_name=ALLOCATOR)]
     by_device: dict[str, list[step_stats_pb2.NodeExecStats]] = {
-        device: [step_stats_pb2.NodeExecStats(node_name=name, all_start_micros=start, memory=nothing)]
+        device: [step_stats_pb2.NodeExecStats(node_name=name, all_start_micros=start)]
         for name, device in legend
     }
     for node in graph.nodes():

@@ -163,9 +163,11 @@ def tb_memory(n_bytes: float) -> str:
 
 
 def node_memory(logged: LoggedRun) -> dict[str, int]:
-    """TensorBoard node name -> bytes, from the quantized graph's ``Resources`` run metadata."""
+    """TensorBoard node name -> bytes, from the quantized graph's ``Resources`` run metadata
+    (the colour legend's nodes, listed first with no memory, left out)."""
     meta = load(folder(logged, logged.name(QUANTIZED_RUN))).RunMetadata("Resources")
-    return {ns.node_name: max(m.total_bytes for m in ns.memory) for d in meta.step_stats.dev_stats for ns in d.node_stats}
+    stats = [ns for d in meta.step_stats.dev_stats for ns in d.node_stats if ns.memory]
+    return {ns.node_name: max(m.total_bytes for m in ns.memory) for ns in stats}
 
 
 def heaviest_node(logged: LoggedRun) -> str:
