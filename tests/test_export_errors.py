@@ -158,7 +158,7 @@ def test_a_failure_while_checking_the_file_leaves_nothing_behind(tmp_path, monke
 
     q_model, data = quantize("pytorch")
 
-    def broken_runtime(path, figures):
+    def broken_runtime(*args, **kwargs):
         raise RuntimeError("onnxruntime cannot load the file")
 
     monkeypatch.setattr(torch_export, "OnnxRuntime", broken_runtime)

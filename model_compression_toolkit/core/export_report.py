@@ -86,8 +86,9 @@ class OutputParity:
         sqnr_db: signal (the quantized model's output) to difference ratio, in dB; inf when equal.
         top1_agreement: for 2-D outputs (classifier logits), the fraction of samples whose
             largest class is the same; else None.
-        floor_cosine / floor_max_steps: the quantized model against itself, its inputs moved
-            by `FLOOR_NOISE` (float32 rounding noise): how far any runtime that rounds in
+        floor_cosine / floor_max_steps: the quantized model against itself with float32
+            rounding noise (`FLOOR_NOISE`) before every quantizer (PyTorch; Keras: on its
+            inputs): how far any runtime that rounds in
             another order can be expected to land, on a network that amplifies one-step
             differences. None when not measured.
         bias_cosine / bias_max_steps: the quantized model with its biases rounded to int32 as

@@ -342,7 +342,7 @@ def _tell(report: ExportReport) -> None:
     if worst:
         rows = "; ".join(
             f"{p.name}: {p.max_steps or 0:.2f} steps, cosine {p.cosine:.5f} (the quantized model against itself "
-            f"with float32 rounding noise on its inputs: cosine {_text(p.floor_cosine)}; with the runtime's int32 "
+            f"with float32 rounding noise: cosine {_text(p.floor_cosine)}; with the runtime's int32 "
             f"biases: {_text(p.bias_cosine)})"
             for p in worst
         )
