@@ -59,11 +59,28 @@ def test_each_stage_serves_its_graph_and_resources_exactly(board, calls):
             run = logged.name(stage_run)
             acc = load(folder(logged, run))
             assert info[run]["run_graph"] is True
-            assert {tag: item["profile"] for tag, item in info[run]["tags"].items()} == {"Resources": True}
+            # a tuned call's later trials are graph tags of its quantized run (no profile)
+            trials = _trial_tags(logged) if stage_run == QUANTIZED_RUN else {}
+            assert {tag: item["profile"] for tag, item in info[run]["tags"].items()} == {"Resources": True, **trials}
             graph = text_format.Parse(board.get("/data/plugin/graphs/graph", run=run).decode(), graph_pb2.GraphDef())
             assert graph == acc.Graph(), run
             body = board.get("/data/plugin/graphs/run_metadata", run=run, tag="Resources").decode()
             assert text_format.Parse(body, config_pb2.RunMetadata()) == acc.RunMetadata("Resources"), run
+
+
+def _trial_tags(logged: LoggedRun) -> dict[str, bool]:
+    """A tuned call's later trials, each a graph tag (with no profile) of its quantized run."""
+    tuning = getattr(logged.info, "tuning", None)
+    return {t.run_name: False for t in tuning.trials if t.n > 1} if tuning is not None else {}
+
+
+def _steps(logged: LoggedRun, run: str, tag: str) -> list[int]:
+    """The steps of a histogram: float 0 and quantized 1; a tuned call's compare points in
+    its quantized run also carry each later trial n at step n."""
+    trials = _trial_tags(logged)
+    if trials and run == logged.name(QUANTIZED_RUN) and "/weights" not in tag:
+        return [0, *(t.n for t in logged.info.tuning.trials)]
+    return [0, 1]
 
 
 def test_scalars_are_served_value_for_value(board, calls):
@@ -83,12 +100,13 @@ def test_histograms_are_served_bucket_for_bucket_float_and_quantized_as_steps_0_
     for logged in calls.values():
         assert any(t.endswith("/weights") for t in expected[logged.name(QUANTIZED_RUN)])
     log_folder = next(iter(calls.values())).log_folder
+    owner = {r: logged for logged in calls.values() for r in logged.runs()}
     for run, tags in expected.items():
         acc = load(log_folder / run)
         for tag in tags:
             events = acc.Histograms(tag)
             served = board.json("/data/plugin/histograms/histograms", run=run, tag=tag)
-            assert [e.step for e in events] == [s for _, s, _ in served] == [0, 1], (run, tag)
+            assert [e.step for e in events] == [s for _, s, _ in served] == _steps(owner[run], run, tag), (run, tag)
             for event, (wall_time, step, buckets) in zip(events, served):
                 h = event.histogram_value
                 counts = np.asarray(h.bucket)
@@ -139,7 +157,8 @@ def test_text_is_served_word_for_word(board, calls):
     assert served_tags(board, "text") == expected
     log_folder = next(iter(calls.values())).log_folder
     for logged in calls.values():
-        assert expected[logged.name(QUANTIZED_RUN)] == {"summary", "similarity/causes", "similarity/report"}
+        tuned = {"tuning/trials"} if _trial_tags(logged) else set()
+        assert expected[logged.name(QUANTIZED_RUN)] == {"summary", "similarity/causes", "similarity/report", *tuned}
         assert all(expected[logged.name(run)] == {"summary"} for run in list(STAGE_RUNS.values())[:-1])
     for run, tags in expected.items():
         for tag in tags:
