@@ -78,7 +78,7 @@ def test_write_export_round_trips_through_tensorboard(tmp_path):
         folder = call.folder
     acc = load(folder / "onnx_fakely_quant")
     assert {n.op for n in acc.Graph().node} == {"Input", "QuantizeLinear", "QGemm"}
-    assert set(acc.Tags()["tensors"]) == {"parity", "summary"}
+    assert set(acc.Tags()["tensors"]) == {"parity", "parity_layers", "summary"}
     assert acc.Scalars("export/file_bytes")[0].value == 2048
     assert load(folder / "onnx_fakely_quant" / "runtime").Graph().node
     saved = json.loads((folder / REPORT_FILE).read_text())
