@@ -38,7 +38,7 @@ from model_compression_toolkit.core.export_report import (
     ExportReport,
 )
 from model_compression_toolkit.observers.protos import attr_value, device_name
-from model_compression_toolkit.observers.tables import markdown_table
+from model_compression_toolkit.observers.tables import code, markdown_table
 
 REPORT_FILE = "export_report.json"
 PARITY_TAG, LAYERS_TAG, SUMMARY_TAG = "parity", "parity_layers", "summary"
@@ -153,7 +153,7 @@ def _num(value: float | None, digits: int = 4) -> str:
 def parity_markdown(report: ExportReport) -> str:
     """One row per output: the quantized model (simulation) against the runtime."""
     head = (
-        f"### Parity: the quantized model against {report.runtime} running `{report.path}`\n\n"
+        f"### Parity: the quantized model against {report.runtime} running {code(report.path)}\n\n"
         f"Inputs: {report.data}. An output matches when it is within one quantization step everywhere, "
         f"or at a cosine of at least {PARITY_MIN_COSINE} where the runtime rounds in another order.\n\n"
     )
@@ -161,7 +161,7 @@ def parity_markdown(report: ExportReport) -> str:
         return head + "Not compared: no inputs.\n"
     rows = [
         [
-            f"`{p.name}`",
+            code(p.name),
             p.samples,
             _num(p.step),
             _num(p.max_abs),
@@ -205,20 +205,20 @@ def layers_markdown(report: ExportReport) -> str:
     head = f"### Per-layer parity: float -> quantized -> {table.runtime}\n\n"
     if first is not None:
         head += (
-            f"**First departing layer: `{first.layer}`** ({first.layer_type}, computed by "
-            f"{' -> '.join(f'`{n}`' for n in first.computed_by)}): {first.max_steps:.2f} steps; {first.why}.\n\n"
+            f"**First departing layer: {code(first.layer)}** ({first.layer_type}, computed by "
+            f"{' -> '.join(code(n) for n in first.computed_by)}): {first.max_steps:.2f} steps; {first.why}.\n\n"
         )
     elif beyond is not None:
         head += (
-            f"No layer departs on its own. The first more than one step off is `{beyond.layer}` "
+            f"No layer departs on its own. The first more than one step off is {code(beyond.layer)} "
             f"({beyond.max_steps:.2f} steps): {beyond.why}.\n\n"
         )
     else:
         head += "Every layer within one step of the quantized model.\n\n"
     rows = [
         [
-            f"`{r.layer}`" + (" **departs**" if r.departs else ""),
-            " -> ".join(f"`{n}`" for n in r.computed_by),
+            code(r.layer) + (" **departs**" if r.departs else ""),
+            " -> ".join(code(n) for n in r.computed_by),
             _num(r.step),
             _num(r.float_sqnr_db, 4),
             _num(r.max_steps, 3),
@@ -238,7 +238,7 @@ def layers_markdown(report: ExportReport) -> str:
 
 def summary_markdown(report: ExportReport) -> str:
     rows = [
-        ["file", f"`{report.path}`"],
+        ["file", code(report.path)],
         ["format", f"{report.serialization_format} / {report.quantization_format}"],
         ["size", f"{_size(report.file_bytes)} ({report.file_bytes} bytes)"],
         ["runtime", report.runtime],
@@ -246,7 +246,7 @@ def summary_markdown(report: ExportReport) -> str:
     ]
     if report.layers is not None:
         first = report.first_departure
-        text = "none" if first is None else f"`{first.layer}`"
+        text = "none" if first is None else code(first.layer)
         rows.append(["first departing layer", text if report.layers.rows else "not measured"])
     for key, value in report.figures.items():
         rows.append([key.replace("_", " "), _num(value)])
@@ -254,7 +254,7 @@ def summary_markdown(report: ExportReport) -> str:
         if graph is not None:
             rows.append([label, ", ".join(f"{op} {n}" for op, n in graph.op_counts().items())])
     text = (
-        f"### Export of `{report.model_name}` ({report.framework})\n\n"
+        f"### Export of {code(report.model_name)} ({report.framework})\n\n"
         + markdown_table(["", ""], rows)
         + "\n"
     )
