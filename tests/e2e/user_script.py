@@ -36,5 +36,7 @@ def accuracy(m) -> float:
     return digits.accuracy(predict(m), x_test, y_test)
 
 
-_, info = mct.ptq.pytorch_tuned_post_training_quantization(model, digits.representative_dataset(x_train), accuracy)
+_, info = mct.ptq.pytorch_tuned_post_training_quantization(
+    model, digits.representative_dataset(x_train), accuracy, mct.core.TuningConfig(max_drop=1.0, max_trials=3)
+)
 print("FOLDER", info.log_folder)
