@@ -23,13 +23,25 @@ from tests.tb import load, run_folders
 
 pytestmark = pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider':UserWarning")
 E = mct.exporter
-# the quantized layers of the digits CNN, in topological order (those whose output is on a grid)
-LAYERS = {
-    "pytorch": ["input_1", "2", "5", "8", "9", "11"],
-    "keras": ["input_layer", "re_lu", "re_lu_1", "re_lu_2", "global_average_pooling2d", "dense"],
-}
-# the layer whose weights are changed in the file, and the quantized layer computed from it
-CHANGED = {"pytorch": ("3", "5"), "keras": ("conv2d_1", "re_lu_1")}
+
+
+def _names(framework: str) -> tuple[list[str], tuple[str, str]]:
+    """(the quantized layers of the digits CNN in topological order, those whose output is on
+    a grid; (the layer whose weights are changed in the file, the quantized layer computed
+    from it)). Keras names its layers by how many of a kind the process made before, so they
+    are read from the model."""
+    if framework == "pytorch":
+        return ["input_1", "2", "5", "8", "9", "11"], ("3", "5")
+    from model_compression_toolkit.pipeline.session import produced_graph
+
+    nodes = produced_graph(quantize(framework)[0]).nodes()
+
+    def of(kind: str) -> list[str]:
+        return [n.name for n in nodes if n.layer_type == kind]
+
+    relus = of("ReLU")
+    layers = [*of("InputLayer"), *relus, *of("GlobalAveragePooling2D"), *of("Dense")]
+    return layers, (of("Conv2D")[1], relus[1])
 
 
 def _export(framework: str, folder: Path):
@@ -49,7 +61,7 @@ def _export(framework: str, folder: Path):
 def test_clean_export_has_every_layer_within_one_step(framework, tmp_path):
     result = _export(framework, tmp_path)
     table = result.parity.layers
-    assert [row.layer for row in table.rows] == LAYERS[framework]
+    assert [row.layer for row in table.rows] == _names(framework)[0]
     assert all(row.tensor is not None for row in table.rows), table.rows  # each layer found in the runtime
     assert result.parity.first_departure is None and result.report.first_departure is None
     for row in table.rows:
@@ -67,8 +79,8 @@ def test_clean_export_has_every_layer_within_one_step(framework, tmp_path):
 
 
 def _change_one_layer(framework: str, exported: Path, target: Path) -> None:
-    """The exported file with the weights of `CHANGED` layer scaled, everything else as written."""
-    layer = CHANGED[framework][0]
+    """The exported file with the weights of the changed layer (`_names`) scaled, everything else as written."""
+    layer = _names(framework)[1][0]
     if framework == "pytorch":
         import onnx
         from onnx import numpy_helper
@@ -100,7 +112,7 @@ def test_a_layer_changed_in_the_file_is_named_as_the_first_departure(framework, 
     _change_one_layer(framework, result.path, changed)
     q_model, data = quantize(framework)
     table = layer_parity(q_model, changed, data)
-    weights_layer, quantized_layer = CHANGED[framework]
+    weights_layer, quantized_layer = _names(framework)[1]
     first = table.first_departure
     assert (
         first is not None
