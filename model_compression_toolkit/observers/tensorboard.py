@@ -163,6 +163,8 @@ class TensorBoardObserver:
 
     def trial_finished(self, report: TrialReport) -> None:
         self._plugin.trial_finished(report)
+        if report.trial.n == 1:  # the staged PTQ: its stages wrote its graph and histograms
+            return
         self._in_runs(
             lambda open_writer: tuning_view.write_evaluation(
                 open_writer(stage_run("quantized_graph")), report.trial, report.graph, report.memory, report.similarity

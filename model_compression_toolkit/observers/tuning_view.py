@@ -39,8 +39,8 @@ def write_evaluation(
 ) -> None:
     """One evaluated trial, into the call's ``5_quantized_graph`` run: its graph coloured by
     error under the tag ``trial.run_name``, and its compare points' quantized histograms at
-    step ``trial.n`` beside the float model's (step 0). Trial 1 is the staged PTQ, whose
-    stage wrote both already.
+    step ``trial.n`` beside the float model's (step 0). Called for trials 2 and later: trial 1
+    is the staged PTQ, whose stage wrote both already.
 
     Args:
         writer: the ``5_quantized_graph`` run.
@@ -49,7 +49,7 @@ def write_evaluation(
         memory: bytes per node at the graph's bit-widths.
         similarity: the trial's comparison with the float model.
     """
-    if writer.disabled or trial.n == 1:
+    if writer.disabled:
         return
     write_graph(writer, graph, memory, similarity.report, tag=trial.run_name)
     pairs = {name: protos for name, pair in similarity.histograms.items() if (protos := pair_histograms(pair))}
