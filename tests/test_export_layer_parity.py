@@ -175,10 +175,10 @@ def test_the_reasons_are_told_apart():
         False,
         True,
     ] and table.first_departure.layer == "c"
-    assert "grown from its inputs' differences: `c` (3 steps on 10 %)" in table.rows[2].why
+    assert "grown from its inputs' differences: 'c' (3 steps on 10 %)" in table.rows[2].why
     assert "requantization" in table.rows[0].why and "0.62 %" in table.rows[0].why
     assert (
         "computed otherwise by the runtime: 10 % of values" in table.rows[1].why
-        and "`b`" in table.rows[1].why
+        and "'b'" in table.rows[1].why
     )
     assert "constant offset of +3.00 steps" in table.rows[3].why

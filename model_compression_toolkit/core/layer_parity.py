@@ -431,7 +431,7 @@ def _why(row: LayerParity, inputs: Sequence[LayerParity]) -> tuple[str, str]:
         return "otherwise", f"computed otherwise by the runtime, its inputs equal (computed by {chain})"
     shared = max(r.one_step + r.over_one_step for r in inputs)
     named = ", ".join(
-        f"`{r.layer}` ({r.max_steps:.0f} steps on {100 * (r.one_step + r.over_one_step):.2g} %)"
+        f"'{r.layer}' ({r.max_steps:.0f} steps on {100 * (r.one_step + r.over_one_step):.2g} %)"
         for r in inputs
     )
     if row.over_one_step > max(CARRIED_SHARE, OWN_FACTOR * shared):

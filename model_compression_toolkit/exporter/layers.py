@@ -100,7 +100,7 @@ def layer_table(
     if fused:
         table.notes.append(
             f"{len(fused)} layer(s) have no tensor of their own in the runtime (fused into the op after them): "
-            + ", ".join(f"`{n}`" for n in fused[:10])
+            + ", ".join(f"'{n}'" for n in fused[:10])
             + (" ..." if len(fused) > 10 else "")
         )
     return table

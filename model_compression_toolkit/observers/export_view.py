@@ -38,7 +38,7 @@ from model_compression_toolkit.core.export_report import (
     ExportReport,
 )
 from model_compression_toolkit.observers.protos import attr_value, device_name
-from model_compression_toolkit.observers.tables import code, markdown_table
+from model_compression_toolkit.observers.tables import code, markdown_table, plain
 
 REPORT_FILE = "export_report.json"
 PARITY_TAG, LAYERS_TAG, SUMMARY_TAG = "parity", "parity_layers", "summary"
@@ -199,19 +199,19 @@ def layers_markdown(report: ExportReport) -> str:
         return "### Per-layer parity\n\nNot measured: this format's runtime exposes no quantized tensor.\n"
     if not table.rows:
         return "### Per-layer parity\n\n" + "".join(
-            f"- {note}\n" for note in table.notes or ["Not measured."]
+            f"- {plain(note)}\n" for note in table.notes or ["Not measured."]
         )
     first, beyond = table.first_departure, table.first_beyond_one_step
     head = f"### Per-layer parity: float -> quantized -> {table.runtime}\n\n"
     if first is not None:
         head += (
             f"**First departing layer: {code(first.layer)}** ({first.layer_type}, computed by "
-            f"{' -> '.join(code(n) for n in first.computed_by)}): {first.max_steps:.2f} steps; {first.why}.\n\n"
+            f"{' -> '.join(code(n) for n in first.computed_by)}): {first.max_steps:.2f} steps; {plain(first.why)}.\n\n"
         )
     elif beyond is not None:
         head += (
             f"No layer departs on its own. The first more than one step off is {code(beyond.layer)} "
-            f"({beyond.max_steps:.2f} steps): {beyond.why}.\n\n"
+            f"({beyond.max_steps:.2f} steps): {plain(beyond.why)}.\n\n"
         )
     else:
         head += "Every layer within one step of the quantized model.\n\n"
@@ -224,7 +224,7 @@ def layers_markdown(report: ExportReport) -> str:
             _num(r.max_steps, 3),
             "-" if r.tensor is None else f"{100 * r.over_one_step:.3g} %",
             _num(r.sqnr_db, 4),
-            r.why or "",
+            plain(r.why or ""),
         ]
         for r in table.rows
     ]
@@ -232,7 +232,7 @@ def layers_markdown(report: ExportReport) -> str:
         ["layer", "computed by", "step", "float -> quantized: SQNR (dB)", "runtime: max diff (steps)",
          "runtime: > 1 step", "runtime: SQNR (dB)", "why"], rows,
     )  # fmt: skip
-    notes = "".join(f"\n- {note}" for note in table.notes)
+    notes = "".join(f"\n- {plain(note)}" for note in table.notes)
     return head + body + ("\n" + notes + "\n" if notes else "")
 
 
@@ -259,7 +259,7 @@ def summary_markdown(report: ExportReport) -> str:
         + "\n"
     )
     if report.notes:
-        text += "\n" + "\n".join(f"- {note}" for note in report.notes) + "\n"
+        text += "\n" + "\n".join(f"- {plain(note)}" for note in report.notes) + "\n"
     return text
 
 

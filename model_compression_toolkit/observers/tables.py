@@ -25,6 +25,16 @@ def code(text: Any) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+_MARKDOWN = re.compile(r"([\\`*_\[\]{}()#+!|~])")
+
+
+def plain(text: Any) -> str:
+    """Prose that may hold a user's names (a note, a reason) as Markdown that shows it as
+    written: HTML characters as entities, Markdown's punctuation escaped."""
+    escaped = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MARKDOWN.sub(r"\\\1", escaped).replace("\n", " ")
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A markdown table; ``|`` in cells is escaped."""
 

@@ -90,3 +90,15 @@ def test_a_layer_named_with_html_or_markdown_shows_as_text_in_every_text_card(fr
     for key, markdown in emphasised.items():
         html = markdown_to_safe_html(markdown)
         assert not re.search(r"<(strong|em)>bold", html), f"{key} rendered the layer's name as emphasis:\n{html}"
+
+
+def test_prose_holding_a_name_shows_it_as_written():
+    """Notes and reasons (the export's per-layer table) carry names inside prose: `plain`
+    keeps them text through TensorBoard's own Markdown sanitizer."""
+    from tensorboard.plugin_util import markdown_to_safe_html
+
+    from model_compression_toolkit.observers.tables import plain
+
+    html = markdown_to_safe_html(plain(f"fused: '{HTML_NAME}', '{EMPHASIS_NAME}', 'a`b' [x](y)"))
+    assert "<img" not in html and "<strong>" not in html and "<em>" not in html and "<a " not in html, html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html and "**bold**_x_" in html, html
