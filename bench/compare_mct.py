@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # bench.table, tutorials.digits; this process never imports a tool
+sys.path.insert(0, str(REPO))  # bench.table, tests.fixtures.digits; this process never imports a tool
 
 from bench import table  # noqa: E402
 
@@ -39,7 +39,7 @@ def prepare_data(folder: Path) -> None:
     import numpy as np
     import torch
 
-    from tutorials.digits import digits_data, torch_digits_cnn, train_torch
+    from tests.fixtures.digits import digits_data, torch_digits_cnn, train_torch
 
     x_train, y_train, x_test, y_test = digits_data()
     model = train_torch(torch_digits_cnn(), x_train, y_train)

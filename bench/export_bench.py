@@ -54,8 +54,8 @@ THREADS = os.cpu_count() or 1
 def build(name: str):
     """(float model, representative batches, test set or None, framework)."""
     from bench import models
+    from tests.fixtures import digits
     from tests.fixtures.trained import load_trained
-    from tutorials import digits
 
     rng = np.random.default_rng(0)
     if name in ("digits_torch", "digits_keras"):
@@ -144,7 +144,7 @@ def latency_ms(
 # ------------------------------------------------------------------ one model
 def measure(name: str, rounds: int, folder: Path) -> dict:
     import model_compression_toolkit as mct
-    from tutorials.digits import accuracy
+    from tests.fixtures.digits import accuracy
 
     model, batches, test, framework = build(name)
     data = lambda: iter([[b] for b in batches])  # noqa: E731 - MCT's representative_data_gen

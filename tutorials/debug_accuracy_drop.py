@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 import model_compression_toolkit as mct  # noqa: E402
 from model_compression_toolkit.core.numbers import format_bytes  # noqa: E402
-from tutorials import digits  # noqa: E402
+from tests.fixtures import digits  # noqa: E402
 
 OUTLIER = 300.0  # how much larger the outlier channel is
 

@@ -2,7 +2,7 @@
 
 Prints the float and the 8-bit accuracy and the command that opens the logs in TensorBoard.
 ``--train`` trains the CNN on scikit-learn's digits first (about 2 minutes of CPU) instead
-of loading the weights that ship in ``tutorials/weights``.
+of loading the weights that ship in ``tests/fixtures/weights``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import model_compression_toolkit as mct  # noqa: E402
 from model_compression_toolkit.core.numbers import format_bytes  # noqa: E402
-from tutorials.digits import (  # noqa: E402
+from tests.fixtures.digits import (  # noqa: E402
     accuracy,
     digits_data,
     representative_dataset,
@@ -41,7 +41,7 @@ def main() -> None:
         print(f"trained a digits CNN on {len(x_train)} images in {time.perf_counter() - start:.1f} s")
     else:
         model = trained_digits_cnn("pytorch")
-        print("loaded the digits CNN's shipped weights (tutorials/weights; --train trains it instead)")
+        print("loaded the digits CNN's shipped weights (tests/fixtures/weights; --train trains it instead)")
 
     log_folder = mct.set_log_folder(args.log_folder)
     start = time.perf_counter()

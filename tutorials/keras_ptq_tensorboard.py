@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 import model_compression_toolkit as mct  # noqa: E402
 from model_compression_toolkit.core.numbers import format_bytes  # noqa: E402
-from tutorials.digits import (  # noqa: E402
+from tests.fixtures.digits import (  # noqa: E402
     accuracy,
     digits_data,
     keras_digits_cnn,

@@ -14,8 +14,8 @@ import pytest
 
 import model_compression_toolkit as mct
 from model_compression_toolkit.observers.stage_view import stage_run
-from tests.tb import load
-from tutorials.digits import accuracy, representative_dataset
+from tests.fixtures.digits import accuracy, representative_dataset
+from tests.fixtures.tb import load
 
 FW_NAME = {"pytorch": "pytorch", "keras": "tensorflow"}
 NO_SIMILARITY = mct.core.DebugConfig(analyze_similarity=False)

@@ -16,7 +16,7 @@ import networkx as nx
 import pytest
 
 PACKAGE = "model_compression_toolkit"
-ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 
 # layer -> the layers (or exact modules) it may import
 ALLOWED = {

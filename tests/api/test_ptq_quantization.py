@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from tutorials.digits import accuracy, representative_dataset
+from tests.fixtures.digits import accuracy, representative_dataset
 
 
 def test_8bit_accuracy_within_one_point_of_float(fw, trained_digits):

@@ -17,7 +17,7 @@ import pytest
 
 from model_compression_toolkit.observers.stage_view import stage_run
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 240
 TUTORIALS = {
     "pytorch_ptq_tensorboard": ["tutorials/pytorch_ptq_tensorboard.py"],

@@ -7,14 +7,14 @@ import sys
 
 import numpy as np
 
-from tutorials.digits import representative_dataset
+from tests.fixtures.digits import representative_dataset
 
 
 def test_pytorch_model_parameters_buffers_hooks_and_mode_are_unchanged():
     import torch
 
     from model_compression_toolkit.ptq import pytorch_post_training_quantization
-    from tutorials.digits import digits_data, torch_digits_cnn
+    from tests.fixtures.digits import digits_data, torch_digits_cnn
 
     x_train = digits_data()[0]
     model = torch_digits_cnn().train()
@@ -37,7 +37,7 @@ def test_pytorch_model_parameters_buffers_hooks_and_mode_are_unchanged():
 
 def test_keras_model_weights_and_trainable_flags_are_unchanged():
     from model_compression_toolkit.ptq import keras_post_training_quantization
-    from tutorials.digits import digits_data, keras_digits_cnn
+    from tests.fixtures.digits import digits_data, keras_digits_cnn
 
     x_train = digits_data(channels_last=True)[0]
     model = keras_digits_cnn()

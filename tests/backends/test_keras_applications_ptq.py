@@ -9,8 +9,8 @@ import pytest
 import model_compression_toolkit as mct
 from model_compression_toolkit.observers.stage_view import stage_run
 from model_compression_toolkit.pipeline.events import STAGES
-from tests.tb import load, run_folders
-from tutorials.digits import digits_data, representative_dataset
+from tests.fixtures.digits import digits_data, representative_dataset
+from tests.fixtures.tb import load, run_folders
 
 keras = pytest.importorskip("keras")
 

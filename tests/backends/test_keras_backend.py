@@ -1,4 +1,4 @@
-"""The Keras backend on real small models: the backend contract (`tests.backend_contract`)
+"""The Keras backend on real small models: the backend contract (`tests.backends.contract`)
 on Keras models, and what only Keras does (layer kinds and kernel axes, nested models,
 `.keras` round trips, layers shared between builds, subclassed and unbuilt models)."""
 
@@ -19,7 +19,7 @@ from model_compression_toolkit.core.graph import OpKind  # noqa: E402
 from model_compression_toolkit.core.preparation import fold_batch_norms, remove_no_ops  # noqa: E402
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError  # noqa: E402
 from model_compression_toolkit.keras.backend import KerasBackend  # noqa: E402
-from tests.backend_contract import MLP, BackendContract, X, quantize_mlp  # noqa: E402
+from tests.backends.contract import MLP, BackendContract, X, quantize_mlp  # noqa: E402
 
 B = KerasBackend()
 RNG = np.random.default_rng(0)
@@ -336,7 +336,7 @@ def test_channels_first_batch_names_both_shapes():
 
 # ------------------------------------------------------------------------ quantized builds
 def read_quantized_mlp():
-    """The contract's MLP, read and given its grids (`tests.backend_contract.quantize_mlp`)."""
+    """The contract's MLP, read and given its grids (`tests.backends.contract.quantize_mlp`)."""
     graph, _ = B.read(mlp(*MLP), [X])
     quantize_mlp(graph)
     return graph

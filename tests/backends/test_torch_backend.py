@@ -1,4 +1,4 @@
-"""The PyTorch backend on real small models: the backend contract (`tests.backend_contract`)
+"""The PyTorch backend on real small models: the backend contract (`tests.backends.contract`)
 on PyTorch models, and what only PyTorch does (fx reading, in-place quantizers, hooks,
 channels-last pooling, weights shared without a copy)."""
 
@@ -24,8 +24,8 @@ from model_compression_toolkit.core.graph import OpKind
 from model_compression_toolkit.core.quant_config import ActivationQuantConfig, WeightsQuantConfig
 from model_compression_toolkit.errors import InputMismatchError, ModelReadError
 from model_compression_toolkit.pytorch.backend import PytorchBackend
-from tests.backend_contract import BackendContract
-from tests.pytorch.models import MODELS, ConvBnRelu, Residual, TwoInputs, make, odd
+from tests.backends.contract import BackendContract
+from tests.fixtures.torch_models import MODELS, ConvBnRelu, Residual, TwoInputs, make, odd
 
 BACKEND = PytorchBackend()
 

@@ -1,7 +1,7 @@
 """A model on a CUDA device is read, calibrated, quantized and analysed there.
 
 Skipped without a GPU (CI has none); run on one with
-``.venv/bin/python -m pytest tests/pytorch/test_gpu.py``.
+``.venv/bin/python -m pytest tests/backends/test_torch_gpu.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import model_compression_toolkit as mct
-from tests.tb import run_folders
+from tests.fixtures.tb import run_folders
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

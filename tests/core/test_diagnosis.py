@@ -14,8 +14,8 @@ import pytest
 
 import model_compression_toolkit as mct
 from tests.fixtures.damage import outlier_before_pool, outlier_channel
+from tests.fixtures.digits import accuracy, representative_dataset
 from tests.fixtures.trained import load_trained
-from tutorials.digits import accuracy, representative_dataset
 
 ANALYZE = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=True))
 

@@ -1,4 +1,4 @@
-"""Fixes a fully integer target can take: the outlier-channel cases of `tests.test_diagnosis`
+"""Fixes a fully integer target can take: the outlier-channel cases of `tests.core.test_diagnosis`
 fixed with nothing float and no more than 8 bits, and exported as integers with parity.
 
 An int8 target (``CoreConfig(integer_only=True)``, or MCT's IMX500 platform) runs neither
@@ -21,8 +21,8 @@ import model_compression_toolkit as mct
 from model_compression_toolkit.core.equalization import equalize, find_pairs
 from model_compression_toolkit.pipeline.backends import get_backend
 from tests.fixtures.damage import outlier_before_pool, outlier_channel
+from tests.fixtures.digits import accuracy, representative_dataset
 from tests.fixtures.trained import load_trained
-from tutorials.digits import accuracy, representative_dataset
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated:UserWarning"),
@@ -185,7 +185,7 @@ def test_without_an_integer_target_the_cheapest_fix_is_still_equalization(fw):
 
 
 def test_where_nothing_integer_restores_the_report_says_so_instead_of_suggesting_float(fw, trained_digits):
-    """Case d of `tests.test_diagnosis`: a ReLU whose grid clips (``z_threshold=2``), fixed
+    """Case d of `tests.core.test_diagnosis`: a ReLU whose grid clips (``z_threshold=2``), fixed
     there by keeping it float. On an int8 target neither 16 bits nor float is allowed."""
     model, x_train, _, _ = trained_digits
     relu = (

@@ -10,8 +10,8 @@ import model_compression_toolkit as mct
 from model_compression_toolkit.core.preparation import KEPT_FLOAT
 from model_compression_toolkit.errors import ConfigurationError, LayerSelectionError
 from model_compression_toolkit.observers.stage_view import stage_run
-from tests.tb import layer_name, load, resources, run_folders
-from tutorials.digits import accuracy, representative_dataset
+from tests.fixtures.digits import accuracy, representative_dataset
+from tests.fixtures.tb import layer_name, load, resources, run_folders
 
 
 def convs(info) -> list[str]:

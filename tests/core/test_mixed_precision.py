@@ -14,8 +14,8 @@ from model_compression_toolkit.core.mixed_precision.knapsack import solve_knapsa
 from model_compression_toolkit.core.mixed_precision.result import JSON_FILE
 from model_compression_toolkit.errors import ResourceBudgetError
 from model_compression_toolkit.observers.stage_view import stage_run
-from tests.tb import load, resources, run_folders
-from tutorials.digits import accuracy, representative_dataset
+from tests.fixtures.digits import accuracy, representative_dataset
+from tests.fixtures.tb import load, resources, run_folders
 
 CONFIG = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
 _RUNS: dict[str, dict] = {}

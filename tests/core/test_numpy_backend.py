@@ -1,5 +1,5 @@
 """The test-only numpy backend passes the backend contract: the contract asks nothing of a
-framework, and the pipeline tests (`tests/test_pipeline.py`) can trust their backend."""
+framework, and the pipeline tests (`tests/pipeline/test_pipeline.py`) can trust their backend."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from model_compression_toolkit.errors import GraphValidationError, ModelReadError
-from tests.backend_contract import MLP, BackendContract, X
-from tests.numpy_backend import NumpyBackend, NumpyModel, add, dense, relu, scale
+from tests.backends.contract import MLP, BackendContract, X
+from tests.fixtures.numpy_backend import NumpyBackend, NumpyModel, add, dense, relu, scale
 
 RNG = np.random.default_rng(3)
 

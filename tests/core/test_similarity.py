@@ -17,8 +17,8 @@ from model_compression_toolkit.observers.stage_view import stage_run
 from model_compression_toolkit.pipeline.backends import get_backend
 from model_compression_toolkit.pipeline.session import produced_graph
 from tests.fixtures.damage import outlier_weight
-from tests.tb import layer_name, load, run_folders
-from tutorials.digits import representative_dataset
+from tests.fixtures.digits import representative_dataset
+from tests.fixtures.tb import layer_name, load, run_folders
 
 PER_TENSOR = mct.core.CoreConfig(
     quantization_config=mct.core.QuantizationConfig(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e import browser
-from tests.tb import load, run_folders
+from tests.fixtures.tb import load, run_folders
 
 # The calls, in the order they are made: each framework's digits CNN, the PyTorch one with an
 # outlier channel (`tests.fixtures.damage.outlier_channel`, named by ``run_name=``), that model
@@ -72,8 +72,8 @@ def build_logs(log_folder: Path, calls: tuple[str, ...] = CALLS) -> dict[str, Lo
     import model_compression_toolkit as mct
     from tests.conftest import FRAMEWORKS
     from tests.fixtures.damage import outlier_channel
+    from tests.fixtures.digits import representative_dataset
     from tests.fixtures.trained import load_trained
-    from tutorials.digits import representative_dataset
 
     logged: dict[str, LoggedRun] = {}
     mct.set_log_folder(log_folder)
@@ -103,7 +103,7 @@ def _tuned(framework: str, model: Any, data: Any) -> tuple[Any, Any]:
     """Tuned PTQ within a point of float, two trials at most: trial 2 is the report's fix."""
     import model_compression_toolkit as mct
     from tests.conftest import FRAMEWORKS
-    from tutorials.digits import accuracy
+    from tests.fixtures.digits import accuracy
 
     fw = FRAMEWORKS[framework]
     _, _, x_test, y_test = fw.data()

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from tests.e2e import browser, pages, pictures
-from tests.tb import layer_name
+from tests.fixtures.tb import layer_name
 
 pytestmark = pytest.mark.e2e
 

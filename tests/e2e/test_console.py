@@ -89,7 +89,7 @@ def test_the_tuning_table_gives_the_sizes_the_log_gives(console):
     """Issue 23, point 7, for a tuned call: the float weights in the tuning table's first row
     and the returned trial's are the sizes ``mct.log`` reports (one definition of each)."""
     from model_compression_toolkit.observers.stage_view import stage_run
-    from tests.tb import load
+    from tests.fixtures.tb import load
 
     stdout, _ = console
     tuned = Path(re.findall(r"FOLDER (.+)", stdout)[-1])

@@ -18,7 +18,7 @@ from google.protobuf import text_format
 from tensorboard.compat.proto import graph_pb2
 
 from tests.e2e import browser, pages
-from tests.tb import layer_name
+from tests.fixtures.tb import layer_name
 
 pytestmark = pytest.mark.e2e
 

@@ -89,7 +89,7 @@ def test_a_layer_named_with_html_shows_as_text(page):
 
 def test_the_snippet_on_the_page_pasted_after_the_call_gives_the_accuracy_back(page):
     driver, fw, model, _, _ = page
-    from tutorials.digits import accuracy, representative_dataset
+    from tests.fixtures.digits import accuracy, representative_dataset
 
     snippet = driver.execute_script("return document.querySelector('.fix pre').textContent")
     namespace: dict = {}

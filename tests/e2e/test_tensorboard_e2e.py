@@ -22,7 +22,7 @@ from tensorboard.compat.proto import config_pb2, graph_pb2
 from model_compression_toolkit.observers.stage_view import PER_CHANNEL, STAGE_RUNS
 from tests.e2e import browser, pages
 from tests.e2e.logs import LoggedRun, expected_tags, served_tags
-from tests.tb import load
+from tests.fixtures.tb import load
 
 pytestmark = pytest.mark.e2e
 

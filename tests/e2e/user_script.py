@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 import model_compression_toolkit as mct
+from tests.fixtures import digits
 from tests.fixtures.damage import outlier_channel
 from tests.fixtures.trained import load_trained
-from tutorials import digits
 
 
 class Odd(nn.Module):

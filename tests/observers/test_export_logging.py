@@ -9,9 +9,9 @@ import json
 import pytest
 
 import model_compression_toolkit as mct
+from tests.fixtures.digits import representative_dataset
 from tests.fixtures.quantized import quantize
-from tests.tb import load, run_folders
-from tutorials.digits import representative_dataset
+from tests.fixtures.tb import load, run_folders
 
 E = mct.exporter
 

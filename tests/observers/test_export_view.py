@@ -23,7 +23,7 @@ from model_compression_toolkit.observers.export_view import (
     write_export,
 )
 from model_compression_toolkit.observers.log_folder import get_log_folder
-from tests.tb import load
+from tests.fixtures.tb import load
 
 
 def _graph() -> ExportedGraph:

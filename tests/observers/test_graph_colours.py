@@ -17,8 +17,8 @@ import warnings
 import model_compression_toolkit as mct
 from model_compression_toolkit.observers.stage_view import stage_run
 from tests.fixtures.damage import _keras_layers, outlier_channel
-from tests.tb import layer_name, load, run_folders
-from tutorials.digits import representative_dataset
+from tests.fixtures.digits import representative_dataset
+from tests.fixtures.tb import layer_name, load, run_folders
 
 
 def _classes(log_folder) -> dict[str, str]:

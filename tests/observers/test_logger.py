@@ -17,7 +17,7 @@ from model_compression_toolkit.observers.log_folder import get_log_folder, set_l
 from model_compression_toolkit.observers.stage_view import stage_run
 from model_compression_toolkit.observers.tensorboard import TensorBoardObserver
 from model_compression_toolkit.pipeline.events import STAGES
-from tests.observers.test_tensorboard import load, make_graph, make_reports
+from tests.fixtures.observed import load, make_graph, make_reports
 
 
 def tensorboard_of(call):

@@ -175,7 +175,7 @@ def test_nothing_outside_the_calls_and_the_frontend_is_served(logged, route):
 def tuned(fw, logged):
     """A tuned call of the two-cause model into the same log folder: (its info)."""
     import model_compression_toolkit as mct
-    from tutorials.digits import accuracy, representative_dataset
+    from tests.fixtures.digits import accuracy, representative_dataset
 
     model, _, _ = two_cause_model(fw)
     x_train, _, x_test, y_test = fw.data()

@@ -12,8 +12,8 @@ import pytest
 import model_compression_toolkit as mct
 from model_compression_toolkit.observers.stage_view import stage_run
 from model_compression_toolkit.pipeline.events import STAGES
-from tests.tb import layer_name, layer_names, load, resources, run_folders
-from tutorials.digits import representative_dataset
+from tests.fixtures.digits import representative_dataset
+from tests.fixtures.tb import layer_name, layer_names, load, resources, run_folders
 
 N_BATCHES, BATCH = 5, 32
 

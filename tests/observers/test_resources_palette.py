@@ -10,7 +10,7 @@ first, in palette order, whatever class the first layer has. The browser test is
 from __future__ import annotations
 
 from model_compression_toolkit.observers import protos as tb
-from tests.observers.test_tensorboard import make_graph, make_memory
+from tests.fixtures.observed import make_graph, make_memory
 
 
 def test_the_legend_devices_come_first_in_palette_order_under_resources():

@@ -9,18 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tensorboard.backend.event_processing import event_accumulator as ea
 from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics
-from model_compression_toolkit.core.config import QuantizationErrorMethod, QuantizationMethod
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import (
-    ActivationQuantConfig,
     NodeQuantConfig,
-    QuantGrid,
-    WeightsQuantConfig,
 )
 from model_compression_toolkit.observers import event_file as ef
 from model_compression_toolkit.observers import protos as tb
@@ -29,123 +24,13 @@ from model_compression_toolkit.observers.graph_view import graph_attrs
 from model_compression_toolkit.observers.log_folder import get_log_folder, safe_run_path, set_log_folder
 from model_compression_toolkit.observers.stage_view import stage_run
 from model_compression_toolkit.observers.tensorboard import TensorBoardObserver
-from model_compression_toolkit.pipeline.events import STAGES, NodeMemory, StageReport
-
-SYM, MSE = QuantizationMethod.SYMMETRIC, QuantizationErrorMethod.MSE
-
-
-# ---------------------------------------------------------------- a small graph by hand
-def signed_grid(threshold: float) -> QuantGrid:
-    return QuantGrid(np.array(threshold / 128), np.array(0.0), -128, 127)
-
-
-def make_graph(names: dict[str, str] | None = None, channels: int = 4) -> Graph:
-    """input -> conv -> split --(out 0)--> add <--(out 1)-- split ; add -> dense.
-
-    ``names`` renames the nodes (hostile-name tests).
-    """
-    n = {k: k for k in ("input", "conv", "split", "add", "dense")} | (names or {})
-    rng = np.random.default_rng(0)
-    g = Graph("tiny", "pytorch")
-    g.add_node(Node(n["input"], OpKind.INPUT, "Input", output_shapes=[(None, 3, 8, 8)]))
-    conv_q = NodeQuantConfig(
-        activation=ActivationQuantConfig(8, SYM, MSE, signed=True, threshold=2.5, grid=signed_grid(2.5)),
-        weights={
-            "kernel": WeightsQuantConfig(8, SYM, MSE, True, (0,), threshold=np.linspace(0.1, 0.4, channels))
-        },
-    )
-    g.add_node(Node(
-        n["conv"], OpKind.CONV, "Conv2d", attrs={"kernel_size": (3, 3), "stride": 1, "padding": "same"},
-        weights={"kernel": rng.normal(size=(channels, 3, 3, 3)).astype(np.float32),
-                 "bias": rng.normal(size=channels).astype(np.float32)},
-        kernel_axes={"kernel": (0,)}, input_shapes=[(None, 3, 8, 8)],
-        output_shapes=[(None, channels, 8, 8)], channel_axis=1, quant=conv_q,
-    ))  # fmt: skip
-    g.add_node(Node(
-        n["split"], OpKind.UNKNOWN, "chunk", output_shapes=[(None, channels // 2, 8, 8)] * 2,
-        quant=NodeQuantConfig(activation_float_reason="unknown op"),
-    ))  # fmt: skip
-    g.add_node(
-        Node(
-            n["add"],
-            OpKind.ADD,
-            "add",
-            output_shapes=[(None, channels // 2, 8, 8)],
-            quant=NodeQuantConfig(
-                activation=ActivationQuantConfig(8, SYM, MSE, signed=True, threshold=3.0, grid=signed_grid(3.0))
-            ),
-        )
-    )
-    g.add_node(Node(
-        n["dense"], OpKind.DENSE, "Linear", weights={"kernel": rng.normal(size=(10, 128)).astype(np.float32)},
-        kernel_axes={"kernel": (0,)}, output_shapes=[(None, 10)],
-    ))  # fmt: skip
-    g.add_edge(n["input"], n["conv"])
-    g.add_edge(n["conv"], n["split"])
-    g.add_edge(n["split"], n["add"], 0, 0)
-    g.add_edge(n["split"], n["add"], 1, 1)
-    g.add_edge(n["add"], n["dense"])
-    g.inputs = [n["input"]]
-    g.outputs = [(n["dense"], 0)]
-    g.validate()
-    return g
-
-
-def make_memory(g: Graph) -> dict[str, NodeMemory]:
-    return {node.name: NodeMemory(4.0 * node.weights_size(), 4.0 * node.output_size()) for node in g.nodes()}
-
-
-def make_stats(values: np.ndarray, bins: int = 64) -> NodeStatistics:
-    """Statistics of an (N, C, ...) activation, computed exactly."""
-    flat = values.ravel().astype(np.float64)
-    counts, edges = np.histogram(flat, bins=bins)
-    per_channel = np.moveaxis(values, 1, 0).reshape(values.shape[1], -1)
-    return NodeStatistics(
-        counts=counts,
-        edges=edges,
-        count=flat.size,
-        sum=float(flat.sum()),
-        sum_squares=float(np.dot(flat, flat)),
-        min=float(flat.min()),
-        max=float(flat.max()),
-        min_per_channel=per_channel.min(1),
-        max_per_channel=per_channel.max(1),
-        mean_per_channel=per_channel.mean(1),
-    )
-
-
-def make_reports(g: Graph) -> tuple[list[StageReport], dict[str, np.ndarray]]:
-    rng = np.random.default_rng(1)
-    acts = {node.name: rng.normal(size=(6, *node.output_shapes[0][1:])) for node in g.nodes()}
-    stats = {name: make_stats(a) for name, a in acts.items()}
-    conv = next(n for n in g.nodes() if n.kind == OpKind.CONV)
-    quantized = {conv.name: {"kernel": np.round(conv.weights["kernel"] * 20) / 20}}
-    memory = make_memory(g)
-    reports = []
-    for stage in STAGES:
-        kwargs = {}
-        if stage in ("after_statistics_collection", "thresholds_selection"):
-            kwargs["statistics"] = stats
-        if stage == "quantized_graph":
-            kwargs["quantized_weights"] = quantized
-        reports.append(StageReport(stage, g, memory, **kwargs))
-    return reports, acts
-
-
-def load(path: Path) -> ea.EventAccumulator:
-    acc = ea.EventAccumulator(str(path), size_guidance={k: 0 for k in ea.DEFAULT_SIZE_GUIDANCE})
-    acc.Reload()
-    return acc
-
-
-def write_run(tmp_path: Path, g: Graph | None = None, model_name: str = "tiny") -> tuple[Path, Graph, dict]:
-    g = g or make_graph()
-    reports, acts = make_reports(g)
-    set_log_folder(tmp_path / "logs")
-    with observe_call(model_name, get_log_folder()) as run:
-        for report in reports:
-            run.observer.stage_finished(report)
-    return run.folder, g, acts
+from model_compression_toolkit.pipeline.events import STAGES, StageReport
+from tests.fixtures.observed import (
+    load,
+    make_graph,
+    make_memory,
+    write_run,
+)
 
 
 # ---------------------------------------------------------------- scalar series
@@ -180,7 +65,9 @@ def test_graph_def_nodes_edges_shapes_and_quantization():
     assert conv.attr["quantization.weights.kernel.n_bits"].i == 8
     assert conv.attr["quantization.weights.kernel.method"].s == b"symmetric"
     assert conv.attr["quantization.weights.kernel.per_channel"].b is True
-    assert conv.attr["quantization.weights.kernel.threshold_min"].f == pytest.approx(0.1)  # numbers as numbers
+    assert conv.attr["quantization.weights.kernel.threshold_min"].f == pytest.approx(
+        0.1
+    )  # numbers as numbers
     assert conv.attr["quantization.weights.kernel.threshold_max"].f == pytest.approx(0.4)
     assert conv.attr["quantization.activation.threshold"].f == 2.5
     assert conv.attr["quantization.activation.signed"].b is True
@@ -203,8 +90,11 @@ def test_the_node_panel_lists_one_plain_line_first():
     conv = {n.name: n for n in graph_def(g).node}["conv"].attr[tb.IN_SHORT].s.decode()
     assert conv == "W8 per channel, A8 signed, threshold 2.5, step 0.01953", conv
     fused = make_graph()
-    fused.node("conv").quant = NodeQuantConfig(weights=fused.node("conv").quant.weights, fused_into="split",
-                                               activation_float_reason="fused with the activation 'split'")
+    fused.node("conv").quant = NodeQuantConfig(
+        weights=fused.node("conv").quant.weights,
+        fused_into="split",
+        activation_float_reason="fused with the activation 'split'",
+    )
     attrs = graph_attrs(fused, make_memory(fused))["conv"]
     assert attrs[tb.IN_SHORT] == "W8 per channel, output quantized after layer split"
     assert attrs["quantization.activation.quantized_after"] == "split"
@@ -221,7 +111,10 @@ def test_integer_layer_names_are_bracketed_so_tensorboard_keeps_the_graph_order(
 
 def test_graph_def_device_override_and_legend_first():
     g = make_graph()
-    legend = [("colour legend/high", tb.device_name("high", 1)), ("colour legend/low", tb.device_name("low", 4))]
+    legend = [
+        ("colour legend/high", tb.device_name("high", 1)),
+        ("colour legend/low", tb.device_name("low", 4)),
+    ]
     gd = graph_def(g, devices={"conv": tb.device_name("error: high")}, legend=legend)
     assert [(n.name, n.device) for n in gd.node[:2]] == legend and not gd.node[0].input
     assert {n.name: n.device for n in gd.node}["conv"] == "/device:error_ high:0"
@@ -316,7 +209,11 @@ def test_every_stage_round_trips_through_tensorboard(tmp_path):
     statistics = stage_run("after_statistics_collection")
     per_channel = {f"{statistics}/{k}_per_channel" for k in ("min", "max", "mean")}
     assert runs == {stage_run(s) for s in STAGES} | per_channel  # 8 runs, in pipeline order by name
-    assert sorted(runs) == [*(stage_run(s) for s in STAGES[:3]), *sorted(per_channel), *map(stage_run, STAGES[3:])]
+    assert sorted(runs) == [
+        *(stage_run(s) for s in STAGES[:3]),
+        *sorted(per_channel),
+        *map(stage_run, STAGES[3:]),
+    ]
     edges = {(e.src, e.dst, e.src_index) for e in g.edges()}
     for stage in STAGES:
         acc = load(folder / stage_run(stage))

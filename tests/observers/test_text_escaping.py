@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from tests.tb import load
+from tests.fixtures.tb import load
 
 HTML_NAME = "<img src=x onerror=alert(1)>"
 EMPHASIS_NAME = "**bold**_x_"

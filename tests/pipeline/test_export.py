@@ -8,8 +8,8 @@ import pytest
 
 import model_compression_toolkit as mct
 from model_compression_toolkit.pipeline.session import produced_graph
+from tests.fixtures.digits import accuracy
 from tests.fixtures.quantized import quantize
-from tutorials.digits import accuracy
 
 # The tests open the files with the runtimes themselves, as users do; these runtimes announce
 # their own deprecations (torch.jit for torch.export, tf.lite.Interpreter for LiteRT).

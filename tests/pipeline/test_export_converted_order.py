@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_converted_model_exports_after_torch_onnx_symbolic_helper_was_imported(tmp_path):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from tests.realzoo.wheels import missing
+from tests.zoo.real.wheels import missing
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 NO_SIMILARITY = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
@@ -25,8 +25,8 @@ NO_SIMILARITY = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_si
 def test_ppocr_recognizer_exports_to_onnx_with_parity(tmp_path):
     pytest.importorskip("onnx2torch")
     onnx = pytest.importorskip("onnx")
-    from tests.realzoo import data
-    from tests.realzoo.onnx_models import to_torch
+    from tests.zoo.real import data
+    from tests.zoo.real.onnx_models import to_torch
 
     model = to_torch("ppocr_rec", (1, 3, 48, 320))
     lines = data.text_lines(8, seed=10)[0].astype(np.float32)
@@ -35,7 +35,7 @@ def test_ppocr_recognizer_exports_to_onnx_with_parity(tmp_path):
     result = mct.exporter.pytorch_export_model(q_model, str(tmp_path / "rec.onnx"), lambda: iter(batches))
     (parity,) = result.parity
     # exported faithfully: the quantized model alone, with float32 rounding noise at each
-    # quantizer, departs as far (the floor; tests/realzoo/test_real_parity.py), not the trace
+    # quantizer, departs as far (the floor; tests/zoo/real/test_real_parity.py), not the trace
     assert parity.floor_cosine is not None and parity.floor_cosine < 0.999, parity
     assert parity.cosine > 0.98, parity
     exported = onnx.load(str(tmp_path / "rec.onnx"))

@@ -15,9 +15,9 @@ from model_compression_toolkit.errors import (
     ModelReadError,
     UnsupportedFrameworkError,
 )
+from tests.fixtures.digits import representative_dataset
 from tests.fixtures.quantized import quantize
 from tests.fixtures.trained import load_trained
-from tutorials.digits import representative_dataset
 
 E = mct.exporter
 P, K, Q = E.PytorchExportSerializationFormat, E.KerasExportSerializationFormat, E.QuantizationFormat

@@ -19,7 +19,7 @@ from model_compression_toolkit.core.layer_parity import LayerAccumulator, LayerG
 from model_compression_toolkit.exporter import layer_parity
 from model_compression_toolkit.observers.export_view import layers_markdown
 from tests.fixtures.quantized import quantize
-from tests.tb import load, run_folders
+from tests.fixtures.tb import load, run_folders
 
 pytestmark = pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider':UserWarning")
 E = mct.exporter

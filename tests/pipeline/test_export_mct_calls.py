@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
+from tests.fixtures.digits import digits_data
 from tests.fixtures.trained import load_trained
-from tutorials.digits import digits_data
 
 # The tests open the files with the runtimes themselves, as users do; these runtimes announce
 # their own deprecations (torch.jit for torch.export, tf.lite.Interpreter for LiteRT).

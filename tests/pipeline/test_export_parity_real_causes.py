@@ -73,8 +73,8 @@ def test_the_rounding_floor_without_noise_is_the_quantized_model():
     above turns any float32 difference into steps, so it cannot tell), the floor with no
     noise computes the quantized model: within one step."""
     from model_compression_toolkit.pytorch.export import RoundingFloor
+    from tests.fixtures.digits import digits_data, representative_dataset
     from tests.fixtures.trained import load_trained
-    from tutorials.digits import digits_data, representative_dataset
 
     x_train = digits_data(channels_last=False)[0]
     q_model, _ = mct.ptq.pytorch_post_training_quantization(load_trained("pytorch"), representative_dataset(x_train))

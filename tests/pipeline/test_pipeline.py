@@ -1,4 +1,4 @@
-"""The pipeline on the numpy backend (`tests.numpy_backend`): the stages and trials it
+"""The pipeline on the numpy backend (`tests.fixtures.numpy_backend`): the stages and trials it
 reports, what each report carries, and that neither torch nor TensorFlow is needed.
 
     Session -> quantize_in_stages -> observer.stage_finished x 5   (events.STAGES)
@@ -25,85 +25,23 @@ from model_compression_toolkit.core.config import (
     TuningConfig,
 )
 from model_compression_toolkit.core.resolution import resolve_config
-from model_compression_toolkit.pipeline.events import STAGES, NullObserver
+from model_compression_toolkit.pipeline.events import STAGES
 from model_compression_toolkit.pipeline.session import Session
 from model_compression_toolkit.pipeline.stages import quantize_in_stages
-from model_compression_toolkit.pipeline.tuning import Tuner, check_score
-from tests.numpy_backend import NumpyBackend, NumpyModel, add, dense, relu
+from tests.fixtures.numpy_backend import NumpyBackend, NumpyModel
+from tests.fixtures.pipeline_session import (
+    BATCHES,
+    BUDGET,
+    KERNELS,
+    Recorder,
+    RecordingNullObserver,
+    calls_in_short,
+    model,
+    session,
+    tune,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-_RNG = np.random.default_rng(7)
-KERNELS = {name: _RNG.standard_normal(shape).astype(np.float32) for name, shape in
-           {"d1": (8, 16), "d2": (16, 16), "d3": (16, 4)}.items()}  # fmt: skip
-BATCHES = [_RNG.standard_normal((16, 8)).astype(np.float32) for _ in range(4)]
-# weights memory between every kernel at 2 bits and every kernel at 8 (the biases stay float32)
-BUDGET = 4 * (16 + 16 + 4) + sum(k.size for k in KERNELS.values()) * 5 / 8
-
-
-def model() -> NumpyModel:
-    """``x -> d1 -> relu1 -> d2 -> relu2 -> (relu1 + relu2) -> d3``."""
-    bias = lambda n: np.linspace(-0.5, 0.5, n, dtype=np.float32)  # noqa: E731
-    return NumpyModel({"x": 8}, [
-        dense("d1", "x", KERNELS["d1"], bias(16)), relu("relu1", "d1"),
-        dense("d2", "relu1", KERNELS["d2"], bias(16)), relu("relu2", "d2"),
-        add("skip", "relu1", "relu2"), dense("d3", "skip", KERNELS["d3"], bias(4)),
-    ], ["d3"], name="mlp")  # fmt: skip
-
-
-def session(debug: DebugConfig | None = None, logging_on: bool = False, target=None) -> Session:
-    config = resolve_config(CoreConfig(debug_config=debug or DebugConfig()), logging_on=logging_on)
-    return Session(model(), lambda: iter([[b] for b in BATCHES]), config, NumpyBackend(), target)
-
-
-class Recorder:
-    """An observer that keeps every call: ("stage" | "trial" | "tuning", what it was given)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, object]] = []
-        self.progress_events: list = []
-
-    def progress(self, progress) -> None:
-        self.progress_events.append(progress)
-
-    def stage_finished(self, report) -> None:
-        self.calls.append(("stage", report))
-
-    def trial_finished(self, report) -> None:
-        self.calls.append(("trial", report))
-
-    def tuning_finished(self, result) -> None:
-        self.calls.append(("tuning", result))
-
-    def of(self, kind: str) -> list:
-        return [value for k, value in self.calls if k == kind]
-
-
-class RecordingNullObserver(Recorder, NullObserver):
-    """A NullObserver that also records: the pipeline must not tell it apart and skip it."""
-
-
-def d2_float(q_model) -> float:
-    """The score: the float model's (1.0) only while d2 computes with its float kernel."""
-    if isinstance(q_model, NumpyModel):
-        return 1.0
-    return float(np.array_equal(q_model.layer_weights("d2")["kernel"], KERNELS["d2"]))
-
-
-def tune(s: Session, observer, evaluate=d2_float, config: TuningConfig | None = None):
-    """The tuned PTQ call's wiring (`ptq.calls`), on a numpy session."""
-    config = config or TuningConfig(max_drop=0.1, max_trials=6)
-    s.reference_samples = s.config.debug_config.similarity_samples  # every trial is compared
-    first, _ = quantize_in_stages(s, observer)
-    if first.similarity is None:
-        first.similarity = s.analyze(first.graph, q_model=first.model)
-    baseline = check_score(evaluate(model()), "the float model")
-    quantize = lambda rules, bits: s.quantize(keep_float=rules, bits=bits, similarity=True)  # noqa: E731
-    return Tuner(quantize, s.initial, [], evaluate, config, baseline, observer).tune(first)
-
-
-def calls_in_short(observer: Recorder) -> list[str]:
-    names = {"stage": lambda r: r.name, "trial": lambda r: f"trial {r.trial.n}", "tuning": lambda r: "tuning"}
-    return [names[kind](value) for kind, value in observer.calls]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------ the stages
@@ -136,7 +74,10 @@ def test_a_ptq_call_reports_every_stage_once_in_order_with_what_it_computed():
     [(None, False, False), (None, True, True), (True, False, True), (False, True, False)],
 )
 def test_the_similarity_comes_with_quantized_graph_when_the_resolved_config_asks(analyze, logging_on, on):
-    s, observer = session(DebugConfig(analyze_similarity=analyze, similarity_samples=24), logging_on), Recorder()
+    s, observer = (
+        session(DebugConfig(analyze_similarity=analyze, similarity_samples=24), logging_on),
+        Recorder(),
+    )
     assert s.config.debug_config.analyze_similarity is on
     result, info = quantize_in_stages(s, observer)
     reports = observer.of("stage")
@@ -174,10 +115,16 @@ def test_tuning_reports_every_trial_and_keeps_float_the_layer_evaluate_asks_for(
         assert trial.trial.added and len(trial.trial.kept_float) > len(before.trial.kept_float)
     assert all("d2" not in t.trial.kept_float and t.trial.score == 0.0 for t in trials[:-1])
     last = trials[-1]
-    assert "d2" in last.trial.kept_float and last.trial.score == 1.0 and last.graph.node("d2").quant.weights == {}
+    assert (
+        "d2" in last.trial.kept_float
+        and last.trial.score == 1.0
+        and last.graph.node("d2").quant.weights == {}
+    )
     for t in trials:
         assert t.similarity is not None and t.float_graph is s.initial and t.baseline_score == 1.0
-    assert result.trials == [t.trial for t in trials] and result.target_met and result.best_trial == last.trial.n
+    assert (
+        result.trials == [t.trial for t in trials] and result.target_met and result.best_trial == last.trial.n
+    )
     assert best.graph is last.graph
 
 
@@ -193,7 +140,9 @@ def test_tuning_that_misses_the_drop_returns_the_best_trial_with_the_fewest_floa
 def test_progress_covers_statistics_thresholds_analysis_and_trials_with_totals_where_known():
     # 3-bit outputs: their own error is not negligible, so their output impact is measured
     qc = QuantizationConfig(activation_n_bits=3)
-    config = resolve_config(CoreConfig(quantization_config=qc, debug_config=DebugConfig(analyze_similarity=True)), False)
+    config = resolve_config(
+        CoreConfig(quantization_config=qc, debug_config=DebugConfig(analyze_similarity=True)), False
+    )
     s, observer = Session(model(), lambda: iter([[b] for b in BATCHES]), config, NumpyBackend()), Recorder()
     tune(s, observer, config=TuningConfig(max_drop=0.1, max_trials=3))
     steps = list(dict.fromkeys(p.step for p in observer.progress_events))
@@ -239,7 +188,7 @@ import json, sys
 for name in ("torch", "tensorflow", "keras"):
     sys.modules[name] = None  # `import torch` now raises ImportError
 from model_compression_toolkit.core.config import DebugConfig, ResourceUtilization
-from tests.test_pipeline import BUDGET, Recorder, calls_in_short, session, tune
+from tests.fixtures.pipeline_session import BUDGET, Recorder, calls_in_short, session, tune
 
 observer = Recorder()
 tune(session(DebugConfig(analyze_similarity=True), target=ResourceUtilization(weights_memory=BUDGET)), observer)

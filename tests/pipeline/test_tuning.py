@@ -12,10 +12,10 @@ import model_compression_toolkit as mct
 from model_compression_toolkit.core.preparation import KEPT_FLOAT
 from model_compression_toolkit.errors import ConfigurationError
 from model_compression_toolkit.observers.stage_view import stage_run
+from tests.fixtures import digits
 from tests.fixtures.damage import outlier_weight
-from tests.tb import load, run_folders, tagged_graphs
-from tutorials import digits
-from tutorials.digits import representative_dataset
+from tests.fixtures.digits import representative_dataset
+from tests.fixtures.tb import load, run_folders, tagged_graphs
 
 PER_TENSOR = mct.core.CoreConfig(
     quantization_config=mct.core.QuantizationConfig(

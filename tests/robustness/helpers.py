@@ -12,7 +12,7 @@ from typing import Any
 import model_compression_toolkit as mct
 from model_compression_toolkit.observers.stage_view import stage_run
 from model_compression_toolkit.pipeline.events import STAGES
-from tests.tb import load
+from tests.fixtures.tb import load
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = "tests.robustness.worker"

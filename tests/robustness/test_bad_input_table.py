@@ -1,7 +1,7 @@
 """Every bad input of the PTQ API, for both frameworks: a typed error saying what was
 expected and what was got, raised before anything is written.
 
-Extends tests/test_bad_input.py (one case per kind) to a table of variants per kind.
+Extends tests/api/test_bad_input.py (one case per kind) to a table of variants per kind.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from model_compression_toolkit.errors import (
     UnsupportedFrameworkError,
 )
 from model_compression_toolkit.observers.stage_view import stage_run
+from tests.fixtures.tb import load, run_folders
 from tests.robustness.helpers import no_similarity, tree
-from tests.tb import load, run_folders
 
 _MODELS: dict[str, Any] = {}
 

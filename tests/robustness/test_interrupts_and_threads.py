@@ -14,8 +14,8 @@ from tensorboard.compat.proto import event_pb2
 import model_compression_toolkit as mct
 from model_compression_toolkit.core.calibration.statistics import StatisticsCollector
 from model_compression_toolkit.observers import event_file
+from tests.fixtures.tb import run_folders
 from tests.robustness.helpers import small_mlp
-from tests.tb import run_folders
 
 X = np.random.default_rng(0).standard_normal((32, 6)).astype(np.float32)
 LIB = logging.getLogger("model_compression_toolkit")

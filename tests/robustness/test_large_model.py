@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from model_compression_toolkit.observers.stage_view import stage_run
+from tests.fixtures.tb import load
 from tests.robustness.helpers import assert_complete_run, start_worker, worker_result
-from tests.tb import load
 
 PEAK_GROWTH_BOUND_MIB = 1536
 

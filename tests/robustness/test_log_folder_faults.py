@@ -14,8 +14,8 @@ import pytest
 import model_compression_toolkit as mct
 from model_compression_toolkit.errors import LogFolderError, RepresentativeDataError
 from model_compression_toolkit.observers.stage_view import stage_run
+from tests.fixtures.tb import load, run_folders
 from tests.robustness.helpers import small_mlp, tree
-from tests.tb import load, run_folders
 
 X = np.random.default_rng(0).standard_normal((32, 6)).astype(np.float32)
 LIB = logging.getLogger("model_compression_toolkit")

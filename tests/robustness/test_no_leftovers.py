@@ -13,7 +13,7 @@ import pytest
 
 import model_compression_toolkit as mct
 from model_compression_toolkit.errors import RepresentativeDataError
-from tests.tb import run_folders
+from tests.fixtures.tb import run_folders
 
 
 def _open_files() -> dict[str, str]:

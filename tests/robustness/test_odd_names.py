@@ -9,8 +9,8 @@ import pytest
 import model_compression_toolkit as mct
 from model_compression_toolkit.errors import ModelReadError
 from model_compression_toolkit.observers.stage_view import stage_run
+from tests.fixtures.tb import layer_names, load, run_folders
 from tests.robustness.helpers import tree
-from tests.tb import layer_names, load, run_folders
 
 # Names each framework accepts for a layer ("." is refused by torch, "/" by Keras).
 TORCH_NAMES = ["conv 1", "ü ñ 日本", "q'uote", "a/b", "~/up", "<b>x</b>", "a,b;c"]

@@ -10,8 +10,8 @@ from pathlib import Path
 from tensorboard.backend.event_processing import event_multiplexer
 
 from model_compression_toolkit.observers.stage_view import stage_run
+from tests.fixtures.tb import layer_names, load, run_folders
 from tests.robustness.helpers import assert_complete_run, event_files, start_worker, worker_result
-from tests.tb import layer_names, load, run_folders
 
 
 def _wait_for(paths: list[Path], procs, timeout: float) -> None:

@@ -11,7 +11,7 @@ import pytest
 import model_compression_toolkit as mct
 from model_compression_toolkit.errors import ModelReadError
 from model_compression_toolkit.observers.stage_view import stage_run
-from tests.tb import load, run_folders
+from tests.fixtures.tb import load, run_folders
 
 
 def _similarity_only(samples: int = 20) -> mct.core.CoreConfig:

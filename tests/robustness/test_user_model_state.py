@@ -1,5 +1,5 @@
 """The user's model is exactly as it was after PTQ with logging on, after two calls, and
-after a call that failed halfway (tests/test_user_model_untouched.py has the basics)."""
+after a call that failed halfway (tests/api/test_user_model_untouched.py has the basics)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 import model_compression_toolkit as mct
 from model_compression_toolkit.errors import RepresentativeDataError
+from tests.fixtures.tb import run_folders
 from tests.robustness.helpers import no_similarity
-from tests.tb import run_folders
 
 
 def _three_calls(fw, model, x, tmp_path):
@@ -54,7 +54,7 @@ def test_pytorch_model_is_untouched_by_a_failed_call_and_two_logged_calls(tmp_pa
     default dtype are unchanged."""
     import torch
 
-    from tutorials.digits import torch_digits_cnn
+    from tests.fixtures.digits import torch_digits_cnn
 
     model = torch_digits_cnn().train()
     model[1].eval()  # a batch norm left in eval mode inside a model in training mode
@@ -113,7 +113,7 @@ def test_keras_model_is_untouched_by_a_failed_call_and_two_logged_calls(tmp_path
     floatx and image data format are as before, and it predicts exactly as before."""
     import keras
 
-    from tutorials.digits import keras_digits_cnn
+    from tests.fixtures.digits import keras_digits_cnn
 
     model = keras_digits_cnn()
     model.layers[2].trainable = False  # the first batch norm

@@ -16,8 +16,8 @@ import pytest
 import model_compression_toolkit as mct
 from model_compression_toolkit.observers import event_file
 from model_compression_toolkit.observers.stage_view import stage_run
+from tests.fixtures.tb import load, run_folders
 from tests.robustness.helpers import no_similarity
-from tests.tb import load, run_folders
 
 FAILING_STAGE = stage_run("after_statistics_collection")
 

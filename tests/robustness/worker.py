@@ -53,7 +53,7 @@ def _images():
 
 def ptq(log_folder: str, ready_file: str, go_file: str) -> dict:
     import model_compression_toolkit as mct
-    from tutorials.digits import representative_dataset, torch_digits_cnn
+    from tests.fixtures.digits import representative_dataset, torch_digits_cnn
 
     x = _images()
     model = torch_digits_cnn().eval()
@@ -69,7 +69,7 @@ def ptq(log_folder: str, ready_file: str, go_file: str) -> dict:
 
 def hang(log_folder: str, signal_file: str) -> dict:
     import model_compression_toolkit as mct
-    from tutorials.digits import torch_digits_cnn
+    from tests.fixtures.digits import torch_digits_cnn
 
     x = _images()
     model = torch_digits_cnn().eval()

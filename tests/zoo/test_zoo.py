@@ -27,7 +27,7 @@ import pytest
 import model_compression_toolkit as mct
 from model_compression_toolkit.observers.stage_view import stage_run
 from model_compression_toolkit.pipeline.events import STAGES
-from tests.tb import load, run_folders
+from tests.fixtures.tb import load, run_folders
 from tests.zoo.models import ZOO
 from tests.zoo.outputs import leaves, run_model
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.realzoo import data, metrics
+from tests.zoo.real import data, metrics
 
 # YOLOv8's default confidence threshold is 0.25; on these photos (no nudity; faces in the
 # portrait's crops only) the float model finds 5 detections at 0.25 in 16 images, so the
@@ -45,7 +45,7 @@ NUDENET_IMAGES = 48
 class Case:
     name: str
     framework: str  # "pytorch" or "keras"
-    weights: str  # the key of `tests.realzoo.wheels.FILES`
+    weights: str  # the key of `tests.zoo.real.wheels.FILES`
     make: Callable[[], Any]
     calibration: Callable[[], list[list[np.ndarray]]]
     evaluate: Callable[[Any], dict[str, Any]]
@@ -89,7 +89,7 @@ def nudenet_images() -> np.ndarray:
 @cache
 def _nudenet_float():
     """The float detector, converted once (its reference detections come from it)."""
-    from tests.realzoo.onnx_models import to_torch
+    from tests.zoo.real.onnx_models import to_torch
 
     return to_torch("nudenet", (1, 3, 320, 320))
 
@@ -125,7 +125,7 @@ def _rec_eval_data():
 
 
 def _rec_eval(model) -> dict:
-    from tests.realzoo.onnx_models import ocr_characters
+    from tests.zoo.real.onnx_models import ocr_characters
 
     x, texts = _rec_eval_data()
     probabilities = predict(model, x, "pytorch", batch=8)[0]
@@ -162,7 +162,7 @@ def _faces(size: int):
 
 @cache
 def _float_landmarks() -> np.ndarray:
-    from tests.realzoo.nets import torch_net
+    from tests.zoo.real.nets import torch_net
 
     x, _ = _faces(48)
     return predict(torch_net("onet"), x, "pytorch")[1]
@@ -205,7 +205,7 @@ def _crepe_eval(framework: str) -> Callable[[Any], dict]:
 # ------------------------------------------------------------------ the cases
 def _onnx(name: str, shape: tuple[int, ...]) -> Callable[[], Any]:
     def make():
-        from tests.realzoo.onnx_models import to_torch
+        from tests.zoo.real.onnx_models import to_torch
 
         return to_torch(name, shape)
 
@@ -214,7 +214,7 @@ def _onnx(name: str, shape: tuple[int, ...]) -> Callable[[], Any]:
 
 def _net(name: str, framework: str) -> Callable[[], Any]:
     def make():
-        from tests.realzoo import nets
+        from tests.zoo.real import nets
 
         return nets.torch_net(name) if framework == "pytorch" else nets.keras_net(name)
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.realzoo.wheels import weights_file
+from tests.zoo.real.wheels import weights_file
 
 CREPE_CHANNELS = [1, 128, 16, 16, 16, 32, 64]  # tiny
 CREPE_BN_EPS = 0.0010000000474974513  # as converted from the Keras original (MMdnn)

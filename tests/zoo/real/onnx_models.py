@@ -14,7 +14,7 @@ from pathlib import Path
 import onnx
 from onnx import numpy_helper
 
-from tests.realzoo.wheels import weights_file
+from tests.zoo.real.wheels import weights_file
 
 
 def constants_to_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -63,7 +63,7 @@ def with_input_shape(model: onnx.ModelProto, shape: tuple[int, ...]) -> onnx.Mod
 
 
 def to_torch(name: str, input_shape: tuple[int, ...]):
-    """Model ``name`` of `tests.realzoo.wheels.FILES` as a ``torch.fx.GraphModule`` in eval
+    """Model ``name`` of `tests.zoo.real.wheels.FILES` as a ``torch.fx.GraphModule`` in eval
     mode, its shapes inferred for ``input_shape`` (other batch sizes run too)."""
     from tests.zoo import torchvision_ops
 

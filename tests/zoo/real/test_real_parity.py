@@ -21,8 +21,8 @@ import pytest
 
 import model_compression_toolkit as mct
 from model_compression_toolkit.core.export_report import PARITY_MIN_COSINE
-from tests.realzoo.cases import CASES
-from tests.realzoo.wheels import missing
+from tests.zoo.real.cases import CASES
+from tests.zoo.real.wheels import missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
 

@@ -1,7 +1,7 @@
 """Real pretrained models (weights from PyPI wheels) quantize and keep their task, or the
 similarity report names what breaks it.
 
-Per model of `tests.realzoo.cases`: the float metric is high (the loaders, the data and the
+Per model of `tests.zoo.real.cases`: the float metric is high (the loaders, the data and the
 metric are right), PTQ succeeds, and the 8-bit metric stays within `MARGIN` of float or
 the report (with a log folder) names at least one cause. The healthy models (CREPE tiny,
 MTCNN, PP-OCRv4's text detector, whose probability map moves its text borders by a pixel
@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from tests.realzoo.cases import CASES
-from tests.realzoo.wheels import missing
+from tests.zoo.real.cases import CASES
+from tests.zoo.real.wheels import missing
 
 pytestmark = [
     pytest.mark.slow,
@@ -46,7 +46,7 @@ def _need(name: str):
     if lacking:
         pytest.skip(f"wheel not installed: {', '.join(lacking)} (make install)")
     pytest.importorskip({"pytorch": "torch", "keras": "keras"}[case.framework])
-    if case.weights.startswith(("ppocr", "nudenet")):  # ONNX files (tests/realzoo/onnx_models.py)
+    if case.weights.startswith(("ppocr", "nudenet")):  # ONNX files (tests/zoo/real/onnx_models.py)
         pytest.importorskip("onnx2torch")
         pytest.importorskip("onnxruntime")
     return case
@@ -134,7 +134,7 @@ def test_keras_net_computes_what_the_pytorch_net_does(name):
     _need(name)
     pytest.importorskip("keras")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tests.realzoo.nets import max_abs_diff
+    from tests.zoo.real.nets import max_abs_diff
 
     rng = np.random.default_rng(0)
     shape = {"crepe_tiny": (4, 1024), "onet": (4, 3, 48, 48), "rnet": (4, 3, 24, 24)}[name]
