@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from model_compression_toolkit.core.config import QuantizationConfig, QuantizationMethod
 from model_compression_toolkit.core.graph import VALUE_PRESERVING, Graph, Node, OpKind
@@ -91,7 +92,7 @@ class OpQuantizationConfig:
     enable_weights_quantization: bool = True
     weights_candidate_bits: tuple[int, ...] = (8,)
 
-    def clone_and_edit(self, **changes) -> OpQuantizationConfig:
+    def clone_and_edit(self, **changes: Any) -> OpQuantizationConfig:
         return dataclasses.replace(self, **changes)
 
 
@@ -210,7 +211,7 @@ class TargetPlatformCapabilities:
         return self.summary()
 
     # --------------------------------------------------------------- changing
-    def with_overrides(self, **changes) -> TargetPlatformCapabilities:
+    def with_overrides(self, **changes: Any) -> TargetPlatformCapabilities:
         """This platform with some fields of every operator's configuration replaced (the
         `QuantizationConfig` fields a user set away from their defaults)."""
         if not changes:
@@ -242,7 +243,10 @@ class TargetPlatformCapabilities:
             return
         qc = self.config_of(operator_set(node))
         if not qc.enable_weights_quantization:
-            q.weights, q.weights_float_reason = {}, f"not quantized on {self.tpc_platform_type} {self.tpc_version}"
+            q.weights, q.weights_float_reason = (
+                {},
+                f"not quantized on {self.tpc_platform_type} {self.tpc_version}",
+            )
             return
         for cfg in q.weights.values():
             cfg.method, cfg.n_bits = qc.weights_quantization_method, qc.weights_n_bits
@@ -259,11 +263,17 @@ class TargetPlatformCapabilities:
         if qc.quantization_preserving:
             source = input_carrier(graph, node)
             if source is None:
-                q.activation, q.activation_float_reason = None, f"quantization preserving on {where} ({name}): its input is float"
+                q.activation, q.activation_float_reason = (
+                    None,
+                    f"quantization preserving on {where} ({name}): its input is float",
+                )
                 return
             q.activation.grid_from = source.name
         elif not qc.enable_activation_quantization:
-            q.activation, q.activation_float_reason = None, f"not quantized on {where} ({name}): its values stay on its input's grid"
+            q.activation, q.activation_float_reason = (
+                None,
+                f"not quantized on {where} ({name}): its values stay on its input's grid",
+            )
             return
         act = q.activation
         act.method, act.choose_grid = qc.activation_quantization_method, False

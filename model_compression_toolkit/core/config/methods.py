@@ -48,7 +48,7 @@ class QuantizationErrorMethod(str, Enum):
     HMSE = "hmse"
 
 
-def _check_enum(name: str, value, enum_type) -> None:
+def _check_enum(name: str, value: object, enum_type: type[Enum]) -> None:
     if not isinstance(value, enum_type):
         allowed = ", ".join(f"{enum_type.__name__}.{m.name}" for m in enum_type)
         raise ConfigurationError(f"{name} must be one of {allowed}; got {value!r}")
@@ -71,8 +71,6 @@ def check_not_provided(obj: object, table: dict[str, tuple[object, str]]) -> Non
         )
 
 
-def _check_bits(name: str, value) -> None:
+def _check_bits(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not MIN_BITS <= value <= MAX_BITS:
-        raise ConfigurationError(
-            f"{name} must be an integer from {MIN_BITS} to {MAX_BITS}; got {value!r}"
-        )
+        raise ConfigurationError(f"{name} must be an integer from {MIN_BITS} to {MAX_BITS}; got {value!r}")
