@@ -1,36 +1,23 @@
-"""`pytorch_export_model` and `keras_export_model`: write the quantized model for a runtime,
-run the file in that runtime, and compare it with the quantized model.
+"""`pytorch_export_model` and `keras_export_model`: the facades of the export step.
 
-    quantized model -> checks (format, model, path, layers) -> write into a staging folder
-        -> load in the runtime -> parity on the data -> move into place -> log run
+    arguments -> checks (format, model, path, layers, the exporter's own) -> the backend and
+        the exporter (`pipeline.backends`) -> the call's observer (`observers.call`)
+        -> `pipeline.export.export` (write, run, compare, export_finished) -> `ExportResult`
 
-Every check runs before anything is written; a failure at any later step removes the
-staging folder, so no half-written file is left at the destination.
+Every check runs before anything is written; the step writes in a staging folder, so a
+failure at any later step leaves no half-written file at the destination.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import shutil
-import tempfile
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
-from model_compression_toolkit.core.data import RepresentativeData
-from model_compression_toolkit.core.deploy import integer_biases, output_names, output_step, synthetic_batch
-from model_compression_toolkit.core.export_report import (
-    ExportReport,
-    OutputParity,
-    Parity,
-    compare_outputs,
-    perturbed,
-)
+from model_compression_toolkit.core.backend import Exporter
+from model_compression_toolkit.core.export.report import ExportReport, Parity
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.layer_parity import LayerTable
 from model_compression_toolkit.errors import (
@@ -44,15 +31,17 @@ from model_compression_toolkit.exporter.formats import (
     KerasExportSerializationFormat,
     PytorchExportSerializationFormat,
     QuantizationFormat,
-    deployment_class,
+    exporter_for,
 )
-from model_compression_toolkit.exporter.layers import SUFFIXES, layer_table, measured
-from model_compression_toolkit.pipeline.backends import get_backend
+from model_compression_toolkit.observers.call import observe_call
+from model_compression_toolkit.observers.log_folder import get_log_folder
+from model_compression_toolkit.pipeline import export as export_step
+from model_compression_toolkit.pipeline.backends import exporter_class, get_backend, load_saved_model
+from model_compression_toolkit.pipeline.export_layers import layer_table
 from model_compression_toolkit.pipeline.session import produced_graph
 
-LOG = logging.getLogger("model_compression_toolkit")
 PARITY_SAMPLES = 32  # representative samples the exported model is compared on
-SYNTHETIC_SAMPLES = 16
+SUFFIXES = {".onnx": ("ONNX", "FAKELY_QUANT"), ".tflite": ("TFLITE", "INT8")}  # files with per-layer parity
 
 
 class ExportResult(dict):
@@ -150,29 +139,6 @@ def _destination(save_model_path: Any, suffix: str | None) -> Path:
     return path
 
 
-@contextmanager
-def _staging(path: Path) -> Iterator[Path]:
-    """A new hidden folder beside ``path``, removed on exit: the file is written and checked
-    there, then moved into place, so a failure leaves nothing at ``path``."""
-    try:
-        folder = Path(tempfile.mkdtemp(prefix=".mct-export-", dir=path.parent))
-    except OSError as exc:
-        raise ExportPathError(
-            f"cannot write into {path.parent}: {exc.strerror or exc}. Choose a writable folder."
-        ) from exc
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _commit(folder: Path, path: Path) -> None:
-    """Move what was written in the staging folder into ``path``'s folder."""
-    for item in sorted(folder.iterdir()):
-        if item.is_file():
-            os.replace(item, path.parent / item.name)
-
-
 def _check_layers(model: Any, fn: Callable[[Any], bool] | None, framework: str) -> None:
     """MCT's ``is_layer_exportable_fn``: called on every layer; any False is an error naming them."""
     if fn is None:
@@ -193,14 +159,14 @@ def _check_layers(model: Any, fn: Callable[[Any], bool] | None, framework: str) 
         )
 
 
-def _check_problems(deployment: Any, framework: str) -> None:
-    problems = deployment.problems()
+def _check_problems(exporter: Exporter, framework: str) -> None:
+    problems = exporter.problems()
     if problems:
         shown = "\n  - ".join(problems[:20])
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
         raise ExportError(
-            f"the quantized model cannot be written as {deployment.serialization} with "
-            f"QuantizationFormat.{deployment.quantization}; nothing was written:\n  - {shown}{more}\n"
+            f"the quantized model cannot be written as {exporter.serialization} with "
+            f"QuantizationFormat.{exporter.quantization}; nothing was written:\n  - {shown}{more}\n"
             f"Re-quantize so that these layers fit, or choose another format ({_alternatives(framework)})."
         )
 
@@ -209,57 +175,6 @@ def _alternatives(framework: str) -> str:
     if framework == "pytorch":
         return "ONNX or TORCHSCRIPT with FAKELY_QUANT keep float layers and any bit width up to 16"
     return "TFLITE or KERAS with FAKELY_QUANT keep float layers and any bit width"
-
-
-# ------------------------------------------------------------------ parity
-def _batches(graph: Graph, backend: Any, model: Any, repr_dataset: Any, samples: int) -> tuple[list, str]:
-    if repr_dataset is not None:
-        data = RepresentativeData(repr_dataset, backend, model)
-        batches = list(data.samples(samples))
-        n = sum(len(b[0]) for b in batches)
-        return batches, f"the first {n} samples of repr_dataset"
-    batch = synthetic_batch(graph, SYNTHETIC_SAMPLES)
-    if batch is None:
-        return [], "none: the inputs' shapes are not fully known; pass repr_dataset= to compare"
-    return [batch], (
-        f"{SYNTHETIC_SAMPLES} synthetic samples drawn uniformly from each input's quantization grid "
-        "(pass repr_dataset= to compare on representative data)"
-    )
-
-
-def _parity(
-    graph: Graph, backend: Any, model: Any, runtime: Any, batches: list, integer_bias: bool
-) -> list[OutputParity]:
-    """Each output of the runtime against the quantized model's, with the floor (the quantized
-    model on noisy inputs) and, for runtimes adding int32 biases, the quantized model with
-    those biases."""
-    names = output_names(graph)
-    steps = [output_step(graph, name) for name, _ in graph.outputs]
-    rounded = (
-        backend.build(graph, True, weights=integer_biases(graph, QuantizedWeights(graph)))
-        if integer_bias
-        else None
-    )
-    reference, exported, floor, biased = [], [], [], []
-    for index, batch in enumerate(batches):
-        ref, out = backend.forward(model, batch), runtime.run(batch)
-        if len(ref) != len(out) or len(ref) != len(names):
-            raise ExportError(
-                f"the exported model returns {len(out)} outputs and the quantized model {len(ref)} "
-                f"(expected {len(names)}); the file cannot be compared. This is a bug: please report it."
-            )
-        reference.append(ref)
-        exported.append(out)
-        jittered = getattr(runtime, "floor_model", None)  # noise at every quantizer, not only on the inputs
-        if jittered is not None:
-            floor.append(backend.forward(jittered, batch))
-        else:
-            floor.append(backend.forward(model, perturbed(batch, seed=index)))
-        if rounded is not None:
-            biased.append(backend.forward(rounded, batch))
-    if not batches:
-        return []
-    return compare_outputs(names, reference, exported, steps, floor, biased if rounded is not None else None)
 
 
 # ------------------------------------------------------------------ the export
@@ -276,90 +191,18 @@ def export(
     parity_samples: int,
 ) -> ExportResult:
     """The body of both export functions (module docstring)."""
-    cls = deployment_class(serialization_format, quantization_format, serializations)
-    serialization = serializations[cls.serialization]
-    quantization = QuantizationFormat[cls.quantization]
+    serialization, quantization, cls = exporter_for(serialization_format, quantization_format, serializations)
     if isinstance(parity_samples, bool) or not isinstance(parity_samples, int) or parity_samples < 1:
         raise ConfigurationError(f"parity_samples must be an integer >= 1; got {parity_samples!r}")
     backend, graph = _produced(model, framework)
     _check_layers(model, is_layer_exportable_fn, framework)
     path = _destination(save_model_path, cls.suffix)
-    deployment = cls(graph, model, **options)
-    _check_problems(deployment, framework)
-    batches, data = _batches(graph, backend, model, repr_dataset, parity_samples)
-    example = batches[0] if batches else synthetic_batch(graph, 2)
-    with _staging(path) as folder:
-        staged = folder / path.name
-        notes = deployment.write(staged, example)
-        runtime = deployment.load(staged)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            parity = _parity(
-                graph, backend, model, runtime, batches, getattr(deployment, "integer_bias", False)
-            )
-            exported_graph, runtime_graph = runtime.graph(), runtime.runtime_graph()
-            layers = measured(graph, backend, staged, cls.serialization, cls.quantization, batches, runtime)
-        size, runtime_name = runtime.file_bytes(), runtime.name
-        figures = dict(runtime.figures)
-        del runtime  # the runtime may hold the staged file open
-        _commit(folder, path)
-    report = ExportReport(
-        model_name=graph.name, framework=framework, serialization_format=serialization.name,
-        quantization_format=quantization.name, path=str(path), file_bytes=size, runtime=runtime_name,
-        data=data, parity=parity, graph=exported_graph, runtime_graph=runtime_graph, notes=notes, figures=figures,
-        layers=layers,
-    )  # fmt: skip
-    log_folder = _log(report)
-    custom = deployment.custom_objects() if hasattr(deployment, "custom_objects") else {}
-    return ExportResult(report, serialization, quantization, custom, log_folder)
-
-
-def _log(report: ExportReport) -> Path | None:
-    """With a log folder set, the export's own call folder beside the PTQ calls' (see
-    `observers.call.observe_call`)."""
-    from model_compression_toolkit.observers.call import observe_call
-    from model_compression_toolkit.observers.export_view import write_export
-    from model_compression_toolkit.observers.log_folder import get_log_folder
-
-    with observe_call(f"{report.model_name}_export", get_log_folder()) as call:
-        if call.board is not None:
-            write_export(call.board.writer, call.folder, report)
-        _tell(report)  # into the call's mct.log too
-        return call.folder
-
-
-def _tell(report: ExportReport) -> None:
-    worst = [p for p in report.parity if not p.ok]
-    LOG.info(
-        "exported %s as %s/%s to %s (%d bytes); parity %s",
-        report.model_name, report.serialization_format, report.quantization_format, report.path,
-        report.file_bytes, "ok" if not worst else "FAILED",
-    )  # fmt: skip
-    first = report.first_departure
-    if first is not None:
-        LOG.info("first layer where the runtime departs: %s, %.2f steps (%s)", first.layer, first.max_steps or 0,
-                 first.why or "no simple pattern")  # fmt: skip
-    if worst:
-        rows = "; ".join(
-            f"{p.name}: {p.max_steps or 0:.2f} steps, cosine {p.cosine:.5f} (the quantized model against itself "
-            f"with float32 rounding noise: cosine {_text(p.floor_cosine)}; with the runtime's int32 "
-            f"biases: {_text(p.bias_cosine)})"
-            for p in worst
-        )
-        warnings.warn(
-            f"the exported model at {report.path} differs from the quantized model by more than one quantization "
-            f"step and a cosine of 0.999 on {rows}. The file was written; a network that turns float rounding noise "
-            "into such differences will differ on any runtime. See the export run or the result's parity."
-            + (
-                f" The first layer where the runtime departs is {first.layer!r}." if first is not None else ""
-            ),
-            RuntimeWarning,
-            stacklevel=5,  # the user's export call
-        )
-
-
-def _text(value: float | None) -> str:
-    return "-" if value is None else f"{value:.5f}"
+    exporter = cls(graph, model, **options)  # type: ignore[call-arg]  # each backend's exporter takes these
+    _check_problems(exporter, framework)
+    batches, data = export_step.comparison_batches(graph, backend, model, repr_dataset, parity_samples)
+    with observe_call(f"{graph.name}_export", get_log_folder()) as call:
+        report = export_step.export(exporter, backend, model, graph, path, batches, data, call.observer)
+    return ExportResult(report, serialization, quantization, exporter.custom_objects(), call.folder)
 
 
 # ------------------------------------------------------------------ the public functions
@@ -473,8 +316,9 @@ def layer_parity(
     if file.suffix not in SUFFIXES:
         return None
     backend, graph = _produced(model, "pytorch" if file.suffix == ".onnx" else "keras")
-    batches, _ = _batches(graph, backend, model, repr_dataset, parity_samples)
-    return layer_table(graph, backend, file, *SUFFIXES[file.suffix], batches)
+    batches, _ = export_step.comparison_batches(graph, backend, model, repr_dataset, parity_samples)
+    taps = exporter_class(*SUFFIXES[file.suffix])(graph, model).load(file).taps()  # type: ignore[call-arg]
+    return layer_table(graph, backend, taps, batches) if taps is not None and batches else None
 
 
 def keras_load_quantized_model(
@@ -503,9 +347,7 @@ def keras_load_quantized_model(
         )
     if not path.is_file():
         raise ExportPathError(f"no file at {path}; expected a .keras file written by keras_export_model")
-    from model_compression_toolkit.keras.export import load_quantized
-
-    return load_quantized(path, compile=compile, custom=custom_objects)
+    return load_saved_model(path, compile=compile, custom=custom_objects)
 
 
 __all__ = [

@@ -1,17 +1,18 @@
 """The export formats, named as in Sony MCT, and which combinations this library writes.
 
-    (framework, serialization format, quantization format) -> the deployment that writes it
+    (serialization format, quantization format) -> the `Exporter` writing it (`pipeline.backends`)
 
-A deployment is a class of a backend's ``export`` module, imported only when used.
+An exporter is a class of a backend, imported only when used.
 """
 
 from __future__ import annotations
 
-import importlib
 from enum import Enum
 from typing import Any
 
+from model_compression_toolkit.core.backend import Exporter
 from model_compression_toolkit.errors import ExportError
+from model_compression_toolkit.pipeline.backends import exported_formats, exporter_class
 
 
 class QuantizationFormat(Enum):
@@ -45,14 +46,6 @@ class KerasExportSerializationFormat(Enum):
 
 
 Q, P, K = QuantizationFormat, PytorchExportSerializationFormat, KerasExportSerializationFormat
-# (serialization, quantization) -> (module, class) of the deployment writing it
-DEPLOYMENTS: dict[tuple[Enum, Enum], tuple[str, str]] = {
-    (P.ONNX, Q.FAKELY_QUANT): ("model_compression_toolkit.pytorch.export", "OnnxDeployment"),
-    (P.TORCHSCRIPT, Q.FAKELY_QUANT): ("model_compression_toolkit.pytorch.export", "TorchScriptDeployment"),
-    (K.KERAS, Q.FAKELY_QUANT): ("model_compression_toolkit.keras.export", "KerasDeployment"),
-    (K.TFLITE, Q.INT8): ("model_compression_toolkit.keras.export", "TFLiteInt8Deployment"),
-    (K.TFLITE, Q.FAKELY_QUANT): ("model_compression_toolkit.keras.export", "TFLiteFakeQuantDeployment"),
-}
 
 _WHY_NOT = {
     Q.MCTQ: "MCTQ writes MCT's own mct_quantizers layers, which this library does not use",
@@ -73,28 +66,35 @@ def _member(value: Any, enum: type[Enum], argument: str) -> Enum:
     raise ExportError(f"{argument} must be one of {allowed}; got {value!r}")
 
 
+def _written(serializations: type[Enum]) -> list[tuple[Enum, Enum]]:
+    """The (serialization, quantization) members this library writes for a framework."""
+    return [
+        (serializations[s], QuantizationFormat[q])
+        for s, q in exported_formats()
+        if s in serializations.__members__
+    ]
+
+
 def supported(serializations: type[Enum]) -> str:
     """The combinations this library writes for a framework, as text."""
-    rows = [
-        f"{s.__class__.__name__}.{s.name} with QuantizationFormat.{q.name}"
-        for s, q in DEPLOYMENTS
-        if isinstance(s, serializations)
-    ]
-    return "; ".join(rows)
+    return "; ".join(
+        f"{serializations.__name__}.{s.name} with QuantizationFormat.{q.name}"
+        for s, q in _written(serializations)
+    )
 
 
-def deployment_class(serialization: Any, quantization: Any, serializations: type[Enum]) -> type:
-    """The deployment for a (serialization, quantization) pair; ExportError naming what is
-    supported when this library does not write it."""
+def exporter_for(
+    serialization: Any, quantization: Any, serializations: type[Enum]
+) -> tuple[Enum, Enum, type[Exporter]]:
+    """The members a (serialization, quantization) argument pair names, and the `Exporter`
+    writing them; ExportError naming what is supported when this library does not write it."""
     s = _member(serialization, serializations, "serialization_format")
     q = _member(quantization, QuantizationFormat, "quantization_format")
-    entry = DEPLOYMENTS.get((s, q))
-    if entry is None:
+    if (s, q) not in _written(serializations):
         why = _WHY_NOT.get(q, "")
         why = f" ({why})" if why and not (q == Q.INT8 and s != P.ONNX) else ""
         raise ExportError(
             f"{serializations.__name__}.{s.name} with QuantizationFormat.{q.name} is not written by this "
             f"library{why}. Supported: {supported(serializations)}."
         )
-    module, name = entry
-    return getattr(importlib.import_module(module), name)
+    return s, q, exporter_class(s.name, q.name)

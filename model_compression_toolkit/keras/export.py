@@ -1,4 +1,4 @@
-"""The quantized graph as a deployable Keras program: TFLite (int8 or fake-quant) or ``.keras``.
+"""The quantized graph written for a Keras runtime: TFLite (int8 or fake-quant) or ``.keras``.
 
 For an int8 TFLite model the graph is built again so that TensorFlow's converter sees the
 grids as its own quantization ops (``FakeQuantWithMinMax*``) and stores every tensor in
@@ -12,6 +12,9 @@ The converter writes the bias as int32 on the scale ``s_input * s_weight`` and f
 and ReLU6 into the layer before them. Two layouts are changed so that TFLite's own
 per-channel axis is the one quantized: a Dense layer runs as a 1x1 convolution, and a
 depthwise kernel is quantized as ``(kh, kw, 1, in * multiplier)``.
+
+The `Exporter` and `Runtime` classes using these are in `keras.exporters` (they hand out
+`keras.tflite_taps`, which reads this module's signature names).
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ import keras
 import numpy as np
 
 from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
-from model_compression_toolkit.core.deploy import StoredGrid, bias_rounding_steps, output_names, stored_grid
-from model_compression_toolkit.core.export_report import ExportedGraph, ExportedOp, ExportedTensor
+from model_compression_toolkit.core.export.grids import StoredGrid, stored_grid
+from model_compression_toolkit.core.export.report import ExportedGraph, ExportedOp, ExportedTensor
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.errors import ExportError
 from model_compression_toolkit.keras import builder
@@ -144,7 +147,7 @@ class QuantizedKernel(keras.layers.Layer):
         return self.activation(y)
 
 
-_INT8_LAYERS = ("Conv1D", "Conv2D", "Conv3D", "DepthwiseConv1D", "DepthwiseConv2D", "Dense")
+INT8_LAYERS = ("Conv1D", "Conv2D", "Conv3D", "DepthwiseConv1D", "DepthwiseConv2D", "Dense")
 
 
 def int8_model(graph: Graph) -> keras.Model:
@@ -160,10 +163,10 @@ def int8_model(graph: Graph) -> keras.Model:
         else:
             args = [tensors[e.src][e.src_index] for e in graph.in_edges(node.name)]
             if "kernel" in node.quant.weights and node.quant.weights["kernel"].grid is not None:
-                if node.layer_type not in _INT8_LAYERS:
+                if node.layer_type not in INT8_LAYERS:
                     raise ExportError(
                         f"{node.name!r} ({node.layer_type}) has quantized weights that TFLite's int8 kernels do not "
-                        f"take; int8 TFLite export handles {', '.join(_INT8_LAYERS)}"
+                        f"take; int8 TFLite export handles {', '.join(INT8_LAYERS)}"
                     )
                 q = weights[node.name]
                 layer = QuantizedKernel(
@@ -199,7 +202,7 @@ def convert(model: keras.Model, input_names: Sequence[str], output_names: Sequen
     ]
 
     def serve(*args: Any) -> dict[str, Any]:
-        flat = keras.tree.flatten(model(_structured(model, args), training=False))
+        flat = keras.tree.flatten(model(structured(model, args), training=False))
         return {signature_name(name): t for name, t in zip(output_names, flat, strict=True)}
 
     with tempfile.TemporaryDirectory(prefix="mct-tflite-") as folder:
@@ -220,7 +223,7 @@ def convert(model: keras.Model, input_names: Sequence[str], output_names: Sequen
             ) from err
 
 
-def _structured(model: keras.Model, args: Sequence[Any]) -> Any:
+def structured(model: keras.Model, args: Sequence[Any]) -> Any:
     """The inputs as the model's structure takes them: one tensor, or a list."""
     return list(args) if isinstance(model.input, (list, tuple)) else args[0]
 
@@ -322,147 +325,3 @@ def load_quantized(path: Path, compile: bool = True, custom: Mapping[str, Any] |
 
 def write_keras(q_model: keras.Model, path: Path) -> None:
     q_model.save(str(path))
-
-
-# ------------------------------------------------------------------ the deployments (`exporter.formats`)
-def _input_names(graph: Graph) -> list[str]:
-    return list(graph.inputs)
-
-
-def _require_tensorflow() -> None:
-    if keras.backend.backend() != "tensorflow":
-        raise ExportError(
-            f"TFLite export needs Keras on the TensorFlow backend; Keras runs on {keras.backend.backend()!r}. "
-            "Set KERAS_BACKEND=tensorflow, or export to .keras (KerasExportSerializationFormat.KERAS)."
-        )
-
-
-class TFLiteInt8Deployment:
-    """Keras -> TFLite with int8 tensors on the library's grids (module docstring)."""
-
-    serialization, quantization = "TFLITE", "INT8"
-    suffix: str | None = None
-    integer_bias = True  # TFLite adds biases as int32 (`core.deploy.integer_biases`)
-
-    def __init__(self, graph: Graph, q_model: keras.Model) -> None:
-        _require_tensorflow()
-        self.graph, self.q_model, self.figures = graph, q_model, {}
-
-    def problems(self) -> list[str]:
-        from model_compression_toolkit.core.deploy import tflite_int8_problems
-
-        problems = tflite_int8_problems(self.graph)
-        for node in self.graph.nodes():
-            kernel = node.quant.weights.get("kernel")
-            if kernel is not None and kernel.grid is not None and node.layer_type not in _INT8_LAYERS:
-                why = (
-                    "TFLite runs it as a depthwise then a pointwise convolution, and the tensor between them has "
-                    "no quantization grid; "
-                    if node.layer_type.startswith("Separable")
-                    else ""
-                )
-                problems.append(
-                    f"{node.name!r} ({node.layer_type}): {why}int8 TFLite export handles the quantized weights of "
-                    f"{', '.join(_INT8_LAYERS)} only"
-                )
-        return problems
-
-    def _model(self) -> keras.Model:
-        return int8_model(self.graph)
-
-    def write(self, path: Path, example: Sequence[np.ndarray]) -> list[str]:
-        model = self._model()
-        int8 = self.quantization == "INT8"
-        path.write_bytes(convert(model, _input_names(self.graph), output_names(self.graph), int8))
-        if not int8:
-            return []
-        self.figures = {"bias_rounding_steps": bias_rounding_steps(self.graph, QuantizedWeights(self.graph))}
-        return [
-            "TFLite adds each bias as int32 on the scale input x weight; the largest change this makes to a bias "
-            f"is {self.figures['bias_rounding_steps']:.4f} steps of its layer's output grid",
-        ]
-
-    def load(self, path: Path) -> TFLiteRuntime:
-        runtime = TFLiteRuntime(path, _input_names(self.graph), output_names(self.graph))
-        runtime.figures = dict(self.figures)
-        return runtime
-
-
-class TFLiteFakeQuantDeployment(TFLiteInt8Deployment):
-    """Keras -> float TFLite computing the quantized model's fake quantization in float."""
-
-    quantization = "FAKELY_QUANT"
-    integer_bias = False
-
-    def problems(self) -> list[str]:
-        return []
-
-    def _model(self) -> keras.Model:
-        return self.q_model
-
-
-class TFLiteRuntime:
-    """An exported TFLite file in TensorFlow's interpreter (XNNPACK on the CPU, as by default)."""
-
-    def __init__(self, path: Path, input_names: list[str], output_names: list[str]) -> None:
-        self.path, self.inputs, self.outputs, self.figures = path, input_names, output_names, {}
-        self.interpreter = interpreter(path)
-        self.name = runtime_version()
-
-    def run(self, batch: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return run_tflite(self.interpreter, batch, self.inputs, self.outputs)
-
-    def graph(self) -> ExportedGraph:
-        plain = interpreter(self.path, delegates=False)
-        plain.allocate_tensors()
-        return describe_tflite(plain, self.path.name)
-
-    def runtime_graph(self) -> None:
-        return None
-
-    def file_bytes(self) -> int:
-        return self.path.stat().st_size
-
-
-class KerasDeployment:
-    """Keras -> ``.keras``: the quantized model as it is, loaded back with `keras_load_quantized_model`."""
-
-    serialization, quantization = "KERAS", "FAKELY_QUANT"
-    suffix: str | None = ".keras"
-
-    def __init__(self, graph: Graph, q_model: keras.Model) -> None:
-        self.graph, self.q_model, self.figures = graph, q_model, {}
-
-    def problems(self) -> list[str]:
-        return []
-
-    def write(self, path: Path, example: Sequence[np.ndarray]) -> list[str]:
-        write_keras(self.q_model, path)
-        return []
-
-    def load(self, path: Path) -> KerasRuntime:
-        return KerasRuntime(path)
-
-    def custom_objects(self) -> dict[str, type]:
-        return custom_objects()
-
-
-class KerasRuntime:
-    def __init__(self, path: Path) -> None:
-        self.path, self.figures = path, {}
-        self.model = load_quantized(path)
-        self.name = f"Keras {keras.__version__} ({keras.backend.backend()})"
-
-    def run(self, batch: Sequence[np.ndarray]) -> list[np.ndarray]:
-        args = [keras.ops.convert_to_tensor(x) for x in batch]
-        out = self.model(_structured(self.model, args), training=False)
-        return [keras.ops.convert_to_numpy(t) for t in keras.tree.flatten(out)]
-
-    def graph(self) -> None:
-        return None
-
-    def runtime_graph(self) -> None:
-        return None
-
-    def file_bytes(self) -> int:
-        return self.path.stat().st_size

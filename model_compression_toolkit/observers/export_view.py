@@ -15,7 +15,9 @@ Written into the export's own call folder, beside the PTQ calls' (`observers.cal
         mct.log
 
 Pure builders (`exported_graph_def`, `parity_markdown`, `layers_markdown`, `summary_markdown`), then
-`write_export`, which a run with no log folder turns into nothing.
+`write_export` and `write_export_report`, which the TensorBoard observer calls when the
+export step reports ``export_finished`` (`observers.tensorboard`); with no log folder there
+is no such observer and nothing is written.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 from tensorboard.compat.proto import graph_pb2, node_def_pb2, tensor_shape_pb2
 
-from model_compression_toolkit.core.export_report import (
+from model_compression_toolkit.core.export.report import (
     PARITY_MIN_COSINE,
     ExportedGraph,
     ExportedTensor,
@@ -274,9 +275,8 @@ def scalars(report: ExportReport) -> Mapping[str, float]:
 
 
 # ------------------------------------------------------------------ writing
-def write_export(open_writer: Callable[[str], Any], folder: Path, report: ExportReport) -> None:
-    """Write the export's runs, opened by ``open_writer(run_name)`` inside ``folder`` (the
-    export's call folder), and ``export_report.json`` there."""
+def write_export(open_writer: Callable[[str], Any], report: ExportReport) -> None:
+    """Write the export's runs, each opened by ``open_writer(run_name)`` (module docstring)."""
     name = run_name(report)
     main = open_writer(name)
     if report.graph is not None:
@@ -293,9 +293,10 @@ def write_export(open_writer: Callable[[str], Any], folder: Path, report: Export
         runtime.add_graph(exported_graph_def(report.runtime_graph))
         runtime.add_text(SUMMARY_TAG, summary_markdown(report))
         runtime.flush()
-    if folder is not None:
-        text = json.dumps(report.to_dict(), indent=2, default=str)
-        try:
-            (folder / REPORT_FILE).write_text(text, encoding="utf-8")
-        except OSError as err:  # the export is written; a failing log disk only warns
-            warnings.warn(f"could not write {folder / REPORT_FILE}: {err}", RuntimeWarning, stacklevel=3)
+
+
+def write_export_report(folder: Path, report: ExportReport) -> Path:
+    """``export_report.json`` in ``folder`` (the export's call folder): the report as JSON."""
+    path = folder / REPORT_FILE
+    path.write_text(json.dumps(report.to_dict(), indent=2, default=str), encoding="utf-8")
+    return path

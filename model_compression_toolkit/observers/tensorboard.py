@@ -1,10 +1,12 @@
-"""The TensorBoard observer: writes what a PTQ call reports into its call folder.
+"""The TensorBoard observer: writes what a PTQ or export call reports into its call folder.
 
     stage_finished(report)  -> <n>_<stage>/ runs (`stage_view`); at quantized_graph also the
                                similarity and mixed-precision report files (`report_files`) and
                                the Quantization dashboard's page (`plugin_files`)
     trial_finished(report)  -> 5_quantized_graph/: trial n's graph tag and step n (`tuning_view`)
     tuning_finished(result) -> 5_quantized_graph/: scores per trial and the trials table
+    export_finished(report) -> <format>/ (and <format>/runtime/): the exported graph, the
+                               parity tables and scalars, and export_report.json (`export_view`)
 
 A write failure (disk full) never reaches the quantization: the observer warns once,
 naming the file that failed, stops writing to this call folder and leaves what was
@@ -25,10 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from model_compression_toolkit.core.export.report import ExportReport
 from model_compression_toolkit.core.tuning import TuningResult
 from model_compression_toolkit.errors import warn_user
 from model_compression_toolkit.observers import tuning_view
 from model_compression_toolkit.observers.event_file import NullRunWriter, RunWriter
+from model_compression_toolkit.observers.export_view import write_export, write_export_report
 from model_compression_toolkit.observers.log_folder import safe_run_path
 from model_compression_toolkit.observers.plugin_files import PluginFiles
 from model_compression_toolkit.observers.report_files import write_mixed_precision, write_similarity_report
@@ -167,13 +171,25 @@ class TensorBoardObserver:
             return
         self._in_runs(
             lambda open_writer: tuning_view.write_evaluation(
-                open_writer(stage_run("quantized_graph")), report.trial, report.graph, report.memory, report.similarity
+                open_writer(stage_run("quantized_graph")),
+                report.trial,
+                report.graph,
+                report.memory,
+                report.similarity,
             )
         )
 
     def tuning_finished(self, result: TuningResult) -> None:
         self._files(lambda folder: self._plugin.tuning_finished(folder, result))
-        self._in_runs(lambda open_writer: tuning_view.write_tuning(open_writer(stage_run("quantized_graph")), result))
+        self._in_runs(
+            lambda open_writer: tuning_view.write_tuning(open_writer(stage_run("quantized_graph")), result)
+        )
+
+    def export_finished(self, report: ExportReport) -> None:
+        path = self._in_runs(lambda open_writer: write_export(open_writer, report))
+        self._files(lambda folder: write_export_report(folder, report))
+        if path is not None:
+            logger.info("export of %s written to %s", report.model_name, path)
 
     def call_failed(self, error: BaseException) -> None:
         """Add to the Text summary of the last stage written that the run stopped, and why."""
@@ -202,4 +218,3 @@ def _identity(folder: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
-

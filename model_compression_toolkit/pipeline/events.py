@@ -4,6 +4,8 @@
              --stage_finished(StageReport)-->             after each stage of a PTQ call
              --trial_finished(TrialReport)-->             after each tuning trial is evaluated
              --tuning_finished(TuningResult)->            when tuning has chosen its trial
+             --export_finished(ExportReport)->            when an export's file is written and
+                                                          compared (`pipeline.export`)
 
 The pipeline calls these and never asks who listens, whether logging is on or whether
 anyone shows progress: with no log folder the observer shows progress only (see
@@ -19,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics
+from model_compression_toolkit.core.export.report import ExportReport
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.memory import NodeMemory
 from model_compression_toolkit.core.mixed_precision.result import MixedPrecisionResult
@@ -94,8 +97,8 @@ class TrialReport:
 
 
 class Observer(Protocol):
-    """Whoever listens to a PTQ call: the log folder's TensorBoard observer, the console's
-    progress display, or nobody."""
+    """Whoever listens to a PTQ or export call: the log folder's TensorBoard observer, the
+    console's progress display, or nobody."""
 
     def progress(self, progress: Progress) -> None: ...
 
@@ -104,6 +107,8 @@ class Observer(Protocol):
     def trial_finished(self, report: TrialReport) -> None: ...
 
     def tuning_finished(self, result: TuningResult) -> None: ...
+
+    def export_finished(self, report: ExportReport) -> None: ...
 
 
 class NullObserver:
@@ -119,6 +124,9 @@ class NullObserver:
         pass
 
     def tuning_finished(self, result: TuningResult) -> None:
+        pass
+
+    def export_finished(self, report: ExportReport) -> None:
         pass
 
 
@@ -143,3 +151,7 @@ class Fanout:
     def tuning_finished(self, result: TuningResult) -> None:
         for observer in self.observers:
             observer.tuning_finished(result)
+
+    def export_finished(self, report: ExportReport) -> None:
+        for observer in self.observers:
+            observer.export_finished(report)

@@ -1,4 +1,4 @@
-"""The quantized graph as a deployable PyTorch program: ONNX (QuantizeLinear/DequantizeLinear) or TorchScript.
+"""The quantized graph written for a PyTorch runtime: ONNX (QuantizeLinear/DequantizeLinear) or TorchScript.
 
 For ONNX the graph is built again with two ops of this library's own, which
 ``torch.onnx.export`` writes as ONNX's quantization ops::
@@ -9,7 +9,7 @@ For ONNX the graph is built again with two ops of this library's own, which
 
 The kernel is stored as the integers the quantized model's weights are made of (per
 output channel), each activation is quantized per tensor on its grid, stored as uint8
-(`core.deploy`: the same values, moved by an offset). Everything between is the float
+(`core.export.grids`: the same values, moved by an offset). Everything between is the float
 model the quantized model runs, so onnxruntime's graph optimizations can fuse each
 ``DequantizeLinear -> Conv -> QuantizeLinear`` into an integer kernel (``QLinearConv``).
 """
@@ -26,15 +26,16 @@ import numpy as np
 import torch
 from torch import fx, nn
 
+from model_compression_toolkit.core.backend import Exporter, Runtime, Taps, Written
 from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
-from model_compression_toolkit.core.deploy import (
+from model_compression_toolkit.core.export.grids import (
     StoredGrid,
     integer_values,
     needs_16_bits,
     onnx_problems,
     stored_grid,
 )
-from model_compression_toolkit.core.export_report import FLOOR_NOISE, ExportedGraph
+from model_compression_toolkit.core.export.report import FLOOR_NOISE, ExportedGraph
 from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.errors import ExportError, GraphValidationError, MissingDependencyError
 from model_compression_toolkit.pytorch import builder, ops
@@ -54,7 +55,7 @@ def quantize_dequantize(
 ) -> torch.Tensor:
     """``(clamp(round(x / scale) + zero_point, lo, hi) - zero_point) * scale`` in float32.
 
-    ``zero_point``, ``lo`` and ``hi`` are stored integers of ``dtype`` (`core.deploy.StoredGrid`).
+    ``zero_point``, ``lo`` and ``hi`` are stored integers of ``dtype`` (`core.export.grids.StoredGrid`).
     """
     y = x.to(torch.float32)
     s = torch.tensor(scale, dtype=torch.float32)
@@ -349,7 +350,7 @@ def write_torchscript(q_model: nn.Module, example: Sequence[np.ndarray], path: P
     ]
 
 
-# ------------------------------------------------------------------ the deployments (`exporter.formats`)
+# ------------------------------------------------------------------ the exporters (`core.backend`)
 DEFAULT_ONNX_OPSET = 18
 
 
@@ -362,11 +363,10 @@ def _require(*modules: str) -> None:
         )
 
 
-class OnnxDeployment:
+class OnnxExporter(Exporter):
     """PyTorch -> ONNX with QuantizeLinear/DequantizeLinear pairs, run by onnxruntime."""
 
     serialization, quantization = "ONNX", "FAKELY_QUANT"
-    suffix: str | None = None
     integer_bias = True  # the file holds int32 biases (`onnx_model.quantize_biases`)
 
     def __init__(self, graph: Graph, q_model: nn.Module, onnx_opset_version: int | None = None) -> None:
@@ -383,32 +383,28 @@ class OnnxDeployment:
     def problems(self) -> list[str]:
         return onnx_problems(self.graph, self.opset)
 
-    def write(self, path: Path, example: Sequence[np.ndarray]) -> list[str]:
-        notes, self.figures = write_onnx(self.graph, example, path, self.opset)
-        if self.figures.get("quantized_biases"):
+    def write(self, path: Path, example: Sequence[np.ndarray]) -> Written:
+        notes, figures = write_onnx(self.graph, example, path, self.opset)
+        if figures.get("quantized_biases"):
             notes.append(
                 "each bias of a quantized layer is stored as int32 on the scale input x weight, as integer kernels "
                 "add it; the largest change this makes to a bias is "
-                f"{self.figures['bias_rounding_steps']:.4f} steps of its layer's output grid"
+                f"{figures['bias_rounding_steps']:.4f} steps of its layer's output grid"
             )
-        return notes
+        return Written(notes, figures)
 
-    def load(self, path: Path) -> OnnxRuntime:
-        return OnnxRuntime(path, getattr(self, "figures", {}), RoundingFloor(self.graph, FLOOR_NOISE))
+    def load(self, path: Path) -> Runtime:
+        return OnnxRuntime(path, self.graph)
 
 
-class OnnxRuntime:
-    """An exported ONNX file in onnxruntime (CPU).
+class OnnxRuntime(Runtime):
+    """An exported ONNX file in onnxruntime (CPU); its floor is `RoundingFloor`, its taps
+    `pytorch.onnx_taps.OnnxTaps`."""
 
-    Attributes:
-        floor_model: the quantized model with float32 rounding noise at every quantizer
-            (`RoundingFloor`): the parity's floor.
-    """
-
-    def __init__(self, path: Path, figures: dict[str, float], floor_model: nn.Module | None = None) -> None:
+    def __init__(self, path: Path, graph: Graph) -> None:
         from model_compression_toolkit.pytorch import onnx_model
 
-        self._m, self.path, self.figures, self.floor_model = onnx_model, path, figures, floor_model
+        self._m, self.path, self._graph = onnx_model, path, graph
         self.session = onnx_model.session(path)
         self.name = onnx_model.runtime_version()
 
@@ -423,36 +419,38 @@ class OnnxRuntime:
     def runtime_graph(self) -> ExportedGraph:
         return self._m.optimized_graph(self.path, self.path.parent)
 
-    def file_bytes(self) -> int:
-        return self._m.file_bytes(self.path)
+    def floor_model(self) -> nn.Module:
+        return RoundingFloor(self._graph, FLOOR_NOISE)
+
+    def taps(self) -> Taps:
+        from model_compression_toolkit.pytorch.onnx_taps import OnnxTaps
+
+        return OnnxTaps(self.path)
 
 
-class TorchScriptDeployment:
+class TorchScriptExporter(Exporter):
     """PyTorch -> TorchScript: the quantized model itself, traced (fake quantization in float)."""
 
     serialization, quantization = "TORCHSCRIPT", "FAKELY_QUANT"
-    suffix: str | None = None
 
     def __init__(self, graph: Graph, q_model: nn.Module, onnx_opset_version: int | None = None) -> None:
         if onnx_opset_version is not None:
             raise ExportError(
                 f"onnx_opset_version={onnx_opset_version!r} applies to ONNX only; leave it out for TorchScript"
             )
-        self.graph, self.q_model, self.figures = graph, q_model, {}
+        self.graph, self.q_model = graph, q_model
 
-    def problems(self) -> list[str]:
-        return []
+    def write(self, path: Path, example: Sequence[np.ndarray]) -> Written:
+        return Written(write_torchscript(self.q_model, example, path))
 
-    def write(self, path: Path, example: Sequence[np.ndarray]) -> list[str]:
-        return write_torchscript(self.q_model, example, path)
-
-    def load(self, path: Path) -> TorchScriptRuntime:
+    def load(self, path: Path) -> Runtime:
         return TorchScriptRuntime(path)
 
 
-class TorchScriptRuntime:
+class TorchScriptRuntime(Runtime):
+    """A TorchScript file in ``torch.jit``: this library's own model, so no taps and no graph."""
+
     def __init__(self, path: Path) -> None:
-        self.path, self.figures = path, {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             self.model = torch.jit.load(str(path))
@@ -462,12 +460,3 @@ class TorchScriptRuntime:
         with torch.no_grad():
             result = self.model(*(ops.as_tensor(x) for x in batch))
         return [ops.to_numpy(leaf) for leaf in ops.leaves(result)]
-
-    def graph(self) -> None:
-        return None
-
-    def runtime_graph(self) -> None:
-        return None
-
-    def file_bytes(self) -> int:
-        return self.path.stat().st_size

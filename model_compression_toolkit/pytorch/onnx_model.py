@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from model_compression_toolkit.core.deploy import output_names
-from model_compression_toolkit.core.export_report import ExportedGraph, ExportedOp, ExportedTensor
+from model_compression_toolkit.core.export.grids import output_names
+from model_compression_toolkit.core.export.report import ExportedGraph, ExportedOp, ExportedTensor
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.errors import ExportError
 

@@ -31,8 +31,7 @@ ALLOWED = {
     # configuration) lives below them, in pipeline and core
     "ptq": {"ptq", "pipeline", "observers", "core", "errors"},
     "xquant": {"xquant", "pipeline", "observers", "core", "errors"},
-    # keras_load_quantized_model is Keras's by name (it loads a Keras file)
-    "exporter": {"exporter", "pipeline", "observers", "core", "errors", "keras"},
+    "exporter": {"exporter", "pipeline", "observers", "core", "errors"},
     # the Quantization dashboard (a TensorBoard plugin) reads the files the observers write
     "tensorboard_plugin": {"tensorboard_plugin", "observers"},
     # MCT modules this library does not provide: placeholders whose calls raise NotProvidedError

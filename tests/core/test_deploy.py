@@ -15,7 +15,7 @@ from model_compression_toolkit.core.calibration.quantizers import (
     uniform_grid,
 )
 from model_compression_toolkit.core.config import QuantizationConfig, QuantizationMethod
-from model_compression_toolkit.core.deploy import (
+from model_compression_toolkit.core.export.grids import (
     DTYPE_RANGES,
     bias_rounding_steps,
     integer_biases,
@@ -26,7 +26,7 @@ from model_compression_toolkit.core.deploy import (
     synthetic_batch,
     tflite_int8_problems,
 )
-from model_compression_toolkit.core.export_report import compare_output, compare_outputs, perturbed
+from model_compression_toolkit.core.export.report import compare_output, compare_outputs, perturbed
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.preparation import assign_quantization
 from model_compression_toolkit.core.quant_config import QuantGrid

@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 import model_compression_toolkit as mct
-from model_compression_toolkit.core.export_report import (
+from model_compression_toolkit.core.export.report import (
     ExportedGraph,
     ExportedOp,
     ExportedTensor,
@@ -20,7 +20,6 @@ from model_compression_toolkit.observers.export_view import (
     exported_graph_def,
     parity_markdown,
     summary_markdown,
-    write_export,
 )
 from model_compression_toolkit.observers.log_folder import get_log_folder
 from tests.fixtures.tb import load
@@ -71,10 +70,11 @@ def test_parity_and_summary_markdown():
     assert "2.00 KiB (2048 bytes)" in summary and "QGemm 1, QuantizeLinear 1" in summary and "- a note" in summary
 
 
-def test_write_export_round_trips_through_tensorboard(tmp_path):
+def test_the_export_event_round_trips_through_tensorboard(tmp_path):
+    """The call's observer, told ``export_finished``, writes the export run and its JSON."""
     mct.set_log_folder(tmp_path)
     with observe_call("Net_export", get_log_folder()) as call:
-        write_export(call.board.writer, call.folder, _report(_graph()))
+        call.observer.export_finished(_report(_graph()))
         folder = call.folder
     acc = load(folder / "onnx_fakely_quant")
     assert {n.op for n in acc.Graph().node} == {"Input", "QuantizeLinear", "QGemm"}

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from model_compression_toolkit.core.export_report import ExportReport
+from model_compression_toolkit.core.export.report import ExportReport
 from model_compression_toolkit.core.layer_parity import LayerAccumulator, LayerGrid, explain
 from model_compression_toolkit.exporter import layer_parity
 from model_compression_toolkit.observers.export_view import layers_markdown

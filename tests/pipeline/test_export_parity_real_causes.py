@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from model_compression_toolkit.core.deploy import output_step
-from model_compression_toolkit.core.export_report import FLOOR_NOISE, perturbed
+from model_compression_toolkit.core.export.grids import output_step
+from model_compression_toolkit.core.export.report import FLOOR_NOISE, perturbed
 from model_compression_toolkit.pipeline.session import produced_graph
 
 torch = pytest.importorskip("torch")

@@ -92,7 +92,7 @@ class OutputParity:
             another order can be expected to land, on a network that amplifies one-step
             differences. None when not measured.
         bias_cosine / bias_max_steps: the quantized model with its biases rounded to int32 as
-            the runtime adds them (`core.deploy.integer_biases`) against the quantized model:
+            the runtime adds them (`core.export.grids.integer_biases`) against the quantized model:
             what that documented difference alone does. None for runtimes adding float biases.
     """
 
@@ -280,3 +280,27 @@ class ExportReport:
             g = getattr(self, name)
             out[f"{name}_ops"] = g.op_counts() if g is not None else None
         return out
+
+
+def _text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.5f}"
+
+
+def parity_warning(report: ExportReport) -> str | None:
+    """What to tell the user when an output of the file misses parity, or None when all match."""
+    worst = [p for p in report.parity if not p.ok]
+    if not worst:
+        return None
+    rows = "; ".join(
+        f"{p.name}: {p.max_steps or 0:.2f} steps, cosine {p.cosine:.5f} (the quantized model against itself "
+        f"with float32 rounding noise: cosine {_text(p.floor_cosine)}; with the runtime's int32 "
+        f"biases: {_text(p.bias_cosine)})"
+        for p in worst
+    )
+    first = report.first_departure
+    return (
+        f"the exported model at {report.path} differs from the quantized model by more than one quantization "
+        f"step and a cosine of 0.999 on {rows}. The file was written; a network that turns float rounding noise "
+        "into such differences will differ on any runtime. See the export run or the result's parity."
+        + (f" The first layer where the runtime departs is {first.layer!r}." if first is not None else "")
+    )

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from model_compression_toolkit.core.export_report import PARITY_MIN_COSINE
+from model_compression_toolkit.core.export.report import PARITY_MIN_COSINE
 from tests.zoo.real.cases import CASES
 from tests.zoo.real.wheels import missing
 

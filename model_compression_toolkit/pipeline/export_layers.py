@@ -5,22 +5,21 @@ against the quantized model's and the float model's (`core.layer_parity`)::
           --> quantized model (every layer's output)  ----> LayerAccumulator per layer -> LayerTable
           --> the file in its runtime, tensors exposed --/
 
-The runtime side is a backend's taps class (``pytorch.onnx_taps``, ``keras.tflite_taps``),
-imported only when used; formats whose runtime is this library's own model (``.keras``,
-TorchScript, float TFLite) get no table.
+The runtime side is the `Taps` a `Runtime` gives (``pytorch.onnx_taps``, ``keras.tflite_taps``);
+a runtime that runs this library's own model (``.keras``, TorchScript, float TFLite) gives
+none, and gets no table.
 """
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from model_compression_toolkit.core.deploy import output_names, output_step
+from model_compression_toolkit.core.backend import Backend, Runtime, Taps
+from model_compression_toolkit.core.export.grids import output_step
+from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.layer_parity import (
     LayerAccumulator,
     LayerTable,
@@ -28,40 +27,22 @@ from model_compression_toolkit.core.layer_parity import (
     match_layers,
     quantized_layers,
 )
-
-# (serialization, quantization) -> (module, class) of the taps reading the runtime's tensors
-TAPS = {
-    ("ONNX", "FAKELY_QUANT"): ("model_compression_toolkit.pytorch.onnx_taps", "OnnxTaps"),
-    ("TFLITE", "INT8"): ("model_compression_toolkit.keras.tflite_taps", "TFLiteTaps"),
-}
-SUFFIXES = {".onnx": ("ONNX", "FAKELY_QUANT"), ".tflite": ("TFLITE", "INT8")}
-
-
-def _taps(serialization: str, quantization: str, path: Path, graph: Any) -> Any:
-    module, name = TAPS[(serialization, quantization)]
-    cls = getattr(importlib.import_module(module), name)
-    return cls(path) if serialization == "ONNX" else cls(path, list(graph.inputs), output_names(graph))
+from model_compression_toolkit.errors import warn_user
 
 
 def layer_table(
-    graph: Any,
-    backend: Any,
-    path: Path,
-    serialization: str,
-    quantization: str,
+    graph: Graph,
+    backend: Backend,
+    taps: Taps,
     batches: Sequence[Sequence[Any]],
-    runtime: Any = None,
-) -> LayerTable | None:
-    """The per-layer parity of the file at ``path`` on ``batches`` (module docstring); None
-    for a format whose runtime exposes no quantized tensor.
+    runtime: Runtime | None = None,
+) -> LayerTable:
+    """The per-layer parity of the file ``taps`` runs, on ``batches`` (module docstring).
 
     ``runtime``: the export's own run of the file; its outputs are compared with those of
     the run exposing the tensors, and a note says whether they are the same.
     """
-    if (serialization, quantization) not in TAPS or not batches:
-        return None
     layers = quantized_layers(graph)
-    taps = _taps(serialization, quantization, path, graph)
     tensors = match_layers(layers, taps.points)
     accumulators = {layer.name: LayerAccumulator(layer, tensors.get(layer.name)) for layer in layers}
     names = list(accumulators)
@@ -107,25 +88,23 @@ def layer_table(
 
 
 def measured(
-    graph: Any,
-    backend: Any,
-    path: Path,
-    serialization: str,
-    quantization: str,
-    batches: Sequence[Sequence[Any]],
-    runtime: Any = None,
+    graph: Graph, backend: Backend, runtime: Runtime, batches: Sequence[Sequence[Any]], file_name: str
 ) -> LayerTable | None:
-    """`layer_table` for an export: the file is written and its outputs compared whatever
-    happens here, so a failure to read the runtime's tensors becomes a warning and the
-    table's note, not a failed export."""
+    """`layer_table` for an export; None for a runtime without taps or with no batches.
+
+    The file is written and its outputs compared whatever happens here, so a failure to
+    read the runtime's tensors becomes a warning and the table's note, not a failed export.
+    """
+    if not batches:
+        return None
     try:
-        return layer_table(graph, backend, path, serialization, quantization, batches, runtime)
+        taps = runtime.taps()
+        return None if taps is None else layer_table(graph, backend, taps, batches, runtime)
     except Exception as err:  # noqa: BLE001 - the runtimes' many error types; the export itself succeeded
         text = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
-        warnings.warn(
-            f"the per-layer parity of {path.name} could not be measured ({text}); the file is written and its "
+        warn_user(
+            f"the per-layer parity of {file_name} could not be measured ({text}); the file is written and its "
             "outputs compared. Please report this with the model.",
             RuntimeWarning,
-            stacklevel=4,
         )
         return LayerTable([], notes=[f"not measured: {text}"])
