@@ -179,6 +179,10 @@ class Exporter(Protocol):
     suffix: ClassVar[str | None] = None
     integer_bias: ClassVar[bool] = False
 
+    def layers(self) -> list[tuple[str, Any]]:
+        """The quantized model's layers, named, as MCT's ``is_layer_exportable_fn`` is given them."""
+        ...
+
     def problems(self) -> list[str]:
         """Why the graph cannot be written in this format: one line per layer, or none."""
         return []

@@ -41,6 +41,10 @@ from model_compression_toolkit.pipeline.export_layers import layer_table
 from model_compression_toolkit.pipeline.session import produced_graph
 
 PARITY_SAMPLES = 32  # representative samples the exported model is compared on
+ALTERNATIVES = {  # what to write instead when the format cannot hold the model
+    "pytorch": "ONNX or TORCHSCRIPT with FAKELY_QUANT keep float layers and any bit width up to 16",
+    "keras": "TFLITE or KERAS with FAKELY_QUANT keep float layers and any bit width",
+}
 SUFFIXES = {".onnx": ("ONNX", "FAKELY_QUANT"), ".tflite": ("TFLITE", "INT8")}  # files with per-layer parity
 
 
@@ -139,7 +143,7 @@ def _destination(save_model_path: Any, suffix: str | None) -> Path:
     return path
 
 
-def _check_layers(model: Any, fn: Callable[[Any], bool] | None, framework: str) -> None:
+def _check_layers(exporter: Exporter, fn: Callable[[Any], bool] | None) -> None:
     """MCT's ``is_layer_exportable_fn``: called on every layer; any False is an error naming them."""
     if fn is None:
         return
@@ -147,11 +151,7 @@ def _check_layers(model: Any, fn: Callable[[Any], bool] | None, framework: str) 
         raise ConfigurationError(
             f"is_layer_exportable_fn must be a callable layer -> bool or None; got {fn!r}"
         )
-    if framework == "pytorch":
-        layers = [(name, m) for name, m in model.named_modules() if name and not list(m.children())]
-    else:
-        layers = [(layer.name, layer) for layer in model.layers]
-    refused = [name for name, layer in layers if not fn(layer)]
+    refused = [name for name, layer in exporter.layers() if not fn(layer)]
     if refused:
         raise ExportError(
             f"is_layer_exportable_fn refused {len(refused)} layer(s): {', '.join(map(repr, refused[:10]))}"
@@ -167,14 +167,8 @@ def _check_problems(exporter: Exporter, framework: str) -> None:
         raise ExportError(
             f"the quantized model cannot be written as {exporter.serialization} with "
             f"QuantizationFormat.{exporter.quantization}; nothing was written:\n  - {shown}{more}\n"
-            f"Re-quantize so that these layers fit, or choose another format ({_alternatives(framework)})."
+            f"Re-quantize so that these layers fit, or choose another format ({ALTERNATIVES[framework]})."
         )
-
-
-def _alternatives(framework: str) -> str:
-    if framework == "pytorch":
-        return "ONNX or TORCHSCRIPT with FAKELY_QUANT keep float layers and any bit width up to 16"
-    return "TFLITE or KERAS with FAKELY_QUANT keep float layers and any bit width"
 
 
 # ------------------------------------------------------------------ the export
@@ -195,9 +189,9 @@ def export(
     if isinstance(parity_samples, bool) or not isinstance(parity_samples, int) or parity_samples < 1:
         raise ConfigurationError(f"parity_samples must be an integer >= 1; got {parity_samples!r}")
     backend, graph = _produced(model, framework)
-    _check_layers(model, is_layer_exportable_fn, framework)
     path = _destination(save_model_path, cls.suffix)
     exporter = cls(graph, model, **options)  # type: ignore[call-arg]  # each backend's exporter takes these
+    _check_layers(exporter, is_layer_exportable_fn)
     _check_problems(exporter, framework)
     batches, data = export_step.comparison_batches(graph, backend, model, repr_dataset, parity_samples)
     with observe_call(f"{graph.name}_export", get_log_folder()) as call:

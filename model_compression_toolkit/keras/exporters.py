@@ -50,7 +50,17 @@ def _require_tensorflow() -> None:
         )
 
 
-class TFLiteInt8Exporter(Exporter):
+class _KerasExporter(Exporter):
+    """What the Keras exporters share: the graph, the quantized model and its layers."""
+
+    def __init__(self, graph: Graph, q_model: keras.Model) -> None:
+        self.graph, self.q_model = graph, q_model
+
+    def layers(self) -> list[tuple[str, Any]]:
+        return [(layer.name, layer) for layer in self.q_model.layers]
+
+
+class TFLiteInt8Exporter(_KerasExporter):
     """Keras -> TFLite with int8 tensors on the library's grids (`keras.export`)."""
 
     serialization, quantization = "TFLITE", "INT8"
@@ -58,7 +68,7 @@ class TFLiteInt8Exporter(Exporter):
 
     def __init__(self, graph: Graph, q_model: keras.Model) -> None:
         _require_tensorflow()
-        self.graph, self.q_model = graph, q_model
+        super().__init__(graph, q_model)
 
     def problems(self) -> list[str]:
         problems = tflite_int8_problems(self.graph)
@@ -140,14 +150,11 @@ class TFLiteRuntime(Runtime):
         return TFLiteTaps(self.path, self.inputs, self.outputs)
 
 
-class KerasExporter(Exporter):
+class KerasExporter(_KerasExporter):
     """Keras -> ``.keras``: the quantized model as it is, loaded back with `keras_load_quantized_model`."""
 
     serialization, quantization = "KERAS", "FAKELY_QUANT"
     suffix = ".keras"
-
-    def __init__(self, graph: Graph, q_model: keras.Model) -> None:
-        self.graph, self.q_model = graph, q_model
 
     def write(self, path: Path, example: Sequence[np.ndarray]) -> Written:
         write_keras(self.q_model, path)

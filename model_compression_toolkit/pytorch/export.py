@@ -363,13 +363,24 @@ def _require(*modules: str) -> None:
         )
 
 
-class OnnxExporter(Exporter):
+class _TorchExporter(Exporter):
+    """What both PyTorch exporters share: the graph, the quantized model and its layers."""
+
+    def __init__(self, graph: Graph, q_model: nn.Module) -> None:
+        self.graph, self.q_model = graph, q_model
+
+    def layers(self) -> list[tuple[str, Any]]:
+        return [(name, m) for name, m in self.q_model.named_modules() if name and not list(m.children())]
+
+
+class OnnxExporter(_TorchExporter):
     """PyTorch -> ONNX with QuantizeLinear/DequantizeLinear pairs, run by onnxruntime."""
 
     serialization, quantization = "ONNX", "FAKELY_QUANT"
     integer_bias = True  # the file holds int32 biases (`onnx_model.quantize_biases`)
 
     def __init__(self, graph: Graph, q_model: nn.Module, onnx_opset_version: int | None = None) -> None:
+        super().__init__(graph, q_model)
         _require("onnx", "onnxscript", "onnxruntime")
         if onnx_opset_version is not None and (
             isinstance(onnx_opset_version, bool) or not isinstance(onnx_opset_version, int)
@@ -377,7 +388,6 @@ class OnnxExporter(Exporter):
             raise ExportError(
                 f"onnx_opset_version must be an integer (13 or later) or None; got {onnx_opset_version!r}"
             )
-        self.graph, self.q_model = graph, q_model
         self.opset = onnx_opset_version or (21 if needs_16_bits(graph) else DEFAULT_ONNX_OPSET)
 
     def problems(self) -> list[str]:
@@ -428,7 +438,7 @@ class OnnxRuntime(Runtime):
         return OnnxTaps(self.path)
 
 
-class TorchScriptExporter(Exporter):
+class TorchScriptExporter(_TorchExporter):
     """PyTorch -> TorchScript: the quantized model itself, traced (fake quantization in float)."""
 
     serialization, quantization = "TORCHSCRIPT", "FAKELY_QUANT"
@@ -438,7 +448,7 @@ class TorchScriptExporter(Exporter):
             raise ExportError(
                 f"onnx_opset_version={onnx_opset_version!r} applies to ONNX only; leave it out for TorchScript"
             )
-        self.graph, self.q_model = graph, q_model
+        super().__init__(graph, q_model)
 
     def write(self, path: Path, example: Sequence[np.ndarray]) -> Written:
         return Written(write_torchscript(self.q_model, example, path))

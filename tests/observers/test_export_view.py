@@ -55,7 +55,9 @@ def test_exported_graph_def_nodes_edges_and_devices():
     assert list(nodes["quant"].input) == ["input/x"] and list(nodes["gemm_0"].input) == ["quant"]
     assert nodes["quant"].device == "/device:uint8:0" and nodes["gemm_0"].device == "/device:float32:0"
     gemm = nodes["gemm_0"].attr
-    assert gemm["in1"].s.decode().startswith("int8 [4, 3], scale 0.1..0.4 (4 channels)")  # a constant: an attribute
+    assert (
+        gemm["in1"].s.decode().startswith("int8 [4, 3], scale 0.1..0.4 (4 channels)")
+    )  # a constant: an attribute
     assert gemm["attr.transB"].i == 1
     assert "uint8 [-1, 3], scale 0.5, zero point 128" == nodes["quant"].attr["out0"].s.decode()
     assert [d.size for d in gemm["_output_shapes"].list.shape[0].dim] == [-1, 4]
@@ -67,7 +69,11 @@ def test_parity_and_summary_markdown():
     assert "| `out\\|1` | 4 | 0.5 | 0.25 | 0.5 | 0.00 % |" in table  # '|' escaped
     assert "| yes | 0.999990 | 1.000000 |" in table
     summary = summary_markdown(report)
-    assert "2.00 KiB (2048 bytes)" in summary and "QGemm 1, QuantizeLinear 1" in summary and "- a note" in summary
+    assert (
+        "2.00 KiB (2048 bytes)" in summary
+        and "QGemm 1, QuantizeLinear 1" in summary
+        and "- a note" in summary
+    )
 
 
 def test_the_export_event_round_trips_through_tensorboard(tmp_path):
