@@ -165,7 +165,8 @@ class Written:
 class Exporter(Protocol):
     """Writes one quantized graph as one file format, and loads what it wrote.
 
-    Made with ``(graph, q_model, **options)`` by the format registry (`exporter.formats`).
+    Made with ``(graph, q_model, **options)`` by the facade, its class chosen by the format
+    (`pipeline.backends.exporter_class`).
 
     Attributes:
         serialization, quantization: the formats' names (``"ONNX"``, ``"FAKELY_QUANT"``).
