@@ -37,6 +37,7 @@ _EXPORTERS: dict[tuple[str, str], tuple[str, str]] = {
 # suffix of a saved quantized model -> (module, function) loading it
 _LOADERS: dict[str, tuple[str, str]] = {
     ".keras": ("model_compression_toolkit.keras.export", "load_quantized"),
+    ".h5": ("model_compression_toolkit.keras.export", "load_quantized"),  # Keras's legacy format
 }
 
 
@@ -97,6 +98,9 @@ def load_saved_model(path: Path, **options: Any) -> Any:
     """The quantized model saved at ``path``, loaded by the backend its suffix names."""
     entry = _LOADERS.get(path.suffix)
     if entry is None:
-        raise ExportPathError(f"expected a saved quantized model ({', '.join(_LOADERS)}); got {path.name!r}")
+        raise ExportPathError(
+            f"expected a saved quantized model ({', '.join(_LOADERS)}); got {path.name!r}. "
+            "Write one with mct.exporter.keras_export_model (a .keras file)."
+        )
     module, name = entry
     return getattr(importlib.import_module(module), name)(path, **options)
