@@ -279,19 +279,16 @@ def _join_pairs(graph: Graph, join: Node) -> list[EqualizationPair]:
             return []
         (main, *partners) = [f[0] for f in found if f is not None]
         tail = (*main.between, join.name, *ops)
-        return [
-            EqualizationPair(
-                main.producer, consumer, tail, main.kernel_of, join.name, 0, tuple(partners), tuple(also)
-            )
-        ]
+        pair = EqualizationPair(main.producer, consumer, tail, main.kernel_of, join=join.name,
+                                partners=tuple(partners), also=tuple(also))  # fmt: skip
+        return [pair]
     pairs, offset = [], 0
     for f, size in zip(found, sizes):
         if f is not None and f[1] == size:
             b = f[0]
             tail = (*b.between, join.name, *ops)
-            pairs.append(
-                EqualizationPair(b.producer, consumer, tail, b.kernel_of, join.name, offset, (), tuple(also))
-            )
+            pairs.append(EqualizationPair(b.producer, consumer, tail, b.kernel_of, join=join.name,
+                                          offset=offset, also=tuple(also)))  # fmt: skip
         offset += int(size or 0)
     return pairs
 
