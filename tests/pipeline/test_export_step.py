@@ -8,11 +8,12 @@ import json
 
 import pytest
 
+from model_compression_toolkit.core.backend import Exporter
 from model_compression_toolkit.core.export.report import ExportReport
 from model_compression_toolkit.observers.export_view import REPORT_FILE
 from model_compression_toolkit.observers.tensorboard import TensorBoardObserver
 from model_compression_toolkit.pipeline import export as export_step
-from model_compression_toolkit.pipeline.backends import exporter_class, get_backend
+from model_compression_toolkit.pipeline.backends import exported_formats, exporter_class, get_backend
 from model_compression_toolkit.pipeline.events import NullObserver
 from model_compression_toolkit.pipeline.session import produced_graph
 from tests.fixtures.quantized import quantize
@@ -82,3 +83,18 @@ def test_the_observer_writes_the_export_run(framework, tmp_path):
     assert acc.Scalars("export/file_bytes")[0].value == report.file_bytes
     saved = json.loads((call / REPORT_FILE).read_text())
     assert saved["path"] == report.path and saved["parity"][0]["name"] == output.name
+
+
+def test_every_format_is_written_by_an_exporter_that_declares_the_protocol():
+    """The exporters implement `core.backend.Exporter` by name, not by having the right
+    attributes: a backend's exporter that forgets a method fails here."""
+    formats = list(exported_formats())
+    assert {("ONNX", "FAKELY_QUANT"), ("TFLITE", "INT8"), ("KERAS", "FAKELY_QUANT")} <= set(formats)
+    for serialization, quantization in formats:
+        cls = exporter_class(serialization, quantization)
+        assert Exporter in cls.__mro__ and (cls.serialization, cls.quantization) == (
+            serialization,
+            quantization,
+        )
+        for method in ("layers", "write", "load"):  # the protocol's stubs: each exporter's own
+            assert getattr(cls, method) is not getattr(Exporter, method), f"{cls.__name__}.{method}"
