@@ -13,6 +13,19 @@ other intermediate: the errors of hundreds of needless quantizers add up. A fuse
 hard-swish (TFLite, MCT's platforms) has one quantizer, on its output: `find_composites`
 names the ops that make one activation, so that only its last op is quantized.
 
+A scale and shift by numbers, written as ops after a layer, is one more (PP-LCNetV3's
+learnable affine blocks around each hard-swish; a batch norm exported as ``mul``/``add``)::
+
+    conv -> mul(., 1.38) -> add(., 0.59) -> [hard-swish] -> mul(., 0.17) -> add(., 3e-5) -> conv
+
+A runtime folds it into the layer before it; quantizing each op's output instead puts
+five grids where one does, and each rounds again what the one before rounded: a value one
+step off at the conv lands two steps off after ``mul(., 1.38)`` and four after the
+hard-swish, so the rounding differences of any two runtimes grow through the depth
+(PP-OCRv4's exported files drifted to a cosine of 0.989 from the quantized model they
+came from). `find_composites` names the chain (``affine``) so that only its last op is
+quantized.
+
 A composite is matched only where each intermediate feeds nothing but the next op of the
 same composite (no other consumer, not a graph output): otherwise its float value would
 be seen outside. Scalars are read where the backends put them: a one-element CONSTANT
@@ -33,7 +46,15 @@ from model_compression_toolkit.core.graph import Graph, Node, OpKind
 _SECOND_OPERAND = frozenset({"b", "other", "arg1", "x2", "y"})
 _RELU6 = frozenset({"relu6"})
 _HARD_SIGMOID = frozenset({"hardsigmoid", "hard_sigmoid"})
-_LABELS = {"hardswish": "hard-swish", "hardsigmoid": "hard-sigmoid"}
+_SIGMOID = frozenset({"sigmoid"})
+_LABELS = {
+    "hardswish": "hard-swish",
+    "hardsigmoid": "hard-sigmoid",
+    "swish": "swish",
+    "layernorm": "layer norm",
+    "affine": "scale and shift by constants",
+}
+_AFFINE = frozenset({OpKind.MUL, OpKind.ADD, OpKind.SUB})  # with a number: ``x * a``, ``x + b``, ``b - x``
 
 
 @dataclass(frozen=True)
@@ -41,7 +62,8 @@ class Composite:
     """One activation written as ops.
 
     Attributes:
-        function: ``"hardswish"`` or ``"hardsigmoid"``.
+        function: ``"hardswish"``, ``"hardsigmoid"``, ``"swish"``, ``"layernorm"`` or ``"affine"``
+            (a scale and shift by constants).
         source: the node whose output is the activation's input ``x``.
         inner: the intermediate nodes, whose outputs stay inside the activation.
         output: the node whose output is the activation's output.
@@ -54,22 +76,37 @@ class Composite:
 
     def reason(self) -> str:
         """Why an intermediate's output is not quantized (the info's float reason)."""
-        return f"inside a {_LABELS[self.function]} written as ops; its output is quantized after {self.output!r}"
+        return (
+            f"inside a {_LABELS[self.function]} written as ops; its output is quantized after {self.output!r}"
+        )
 
 
 def find_composites(graph: Graph) -> list[Composite]:
-    """Every hard-swish, then every hard-sigmoid, written as ops in ``graph``; no node
-    belongs to two of them."""
+    """Every hard-swish, hard-sigmoid and scale-and-shift written as ops in ``graph``, in
+    the order of their outputs in the graph (a composite that ends where another begins
+    comes first: quantizing each only at its output then leaves one grid for the chain).
+
+    Hard-swish is matched first, then hard-sigmoid, then the scale-and-shift chains between
+    and around them; no node is inside or the output of two of them.
+    """
     found: list[Composite] = []
     used: set[str] = set()
-    for match in (_hard_swish, _hard_sigmoid):
+    for match in (_hard_swish, _hard_sigmoid, _swish, _layer_norm):
         for node in graph.nodes():
             composite = match(graph, node)
             if composite is None or used & {*composite.inner, composite.output}:
                 continue
             found.append(composite)
             used.update((*composite.inner, composite.output))
-    return found
+    for node in graph.nodes():
+        if node.name in used:
+            continue
+        composite = _affine(graph, node, used)
+        if composite is not None:
+            found.append(composite)
+            used.update((*composite.inner, composite.output))
+    order = {name: i for i, name in enumerate(graph.topological_order())}
+    return sorted(found, key=lambda c: order[c.output])
 
 
 # ---------------------------------------------------------------- the patterns
@@ -95,6 +132,73 @@ def _hard_swish(graph: Graph, out: Node) -> Composite | None:
     return None
 
 
+def _swish(graph: Graph, out: Node) -> Composite | None:
+    """``mul(x, sigmoid(x))``, or ``mul(x, sigmoid(x * a))`` (paddle2onnx's swish)."""
+    pair = _product(graph, out)
+    if pair is None:
+        return None
+    x, s = pair
+    if s.kind != OpKind.ACTIVATION or _function(s) not in _SIGMOID or not _only_inside(graph, [s.name]):
+        return None
+    source = _single_input(graph, s)
+    if source == x:
+        return Composite("swish", x[0], (s.name,), out.name)
+    scaled = graph.node(source[0]) if source is not None else None
+    if scaled is not None and _scalar_source(graph, scaled) == x and _only_inside(graph, [scaled.name]):
+        return Composite("swish", x[0], (scaled.name, s.name), out.name)
+    return None
+
+
+def _layer_norm(graph: Graph, out: Node) -> Composite | None:
+    """``(x - mean(x)) / sqrt(mean((x - mean(x)) ** 2) + eps)``, the division ``out``::
+
+    x -> mean -> sub(x, .) = d -> pow(d, 2) -> mean -> add(eps) -> sqrt -> div(d, .)
+    """
+    edges = graph.in_edges(out.name)
+    if not _is_division(out) or len(edges) != 2:
+        return None
+    num, den = sorted(edges, key=lambda e: e.dst_index)
+    d, sqrt = graph.node(num.src), graph.node(den.src)
+    if d.kind != OpKind.SUB or "sqrt" not in sqrt.layer_type.lower():
+        return None
+    d_in = sorted(graph.in_edges(d.name), key=lambda e: e.dst_index)
+    if len(d_in) != 2 or graph.node(d_in[1].src).kind != OpKind.MEAN:
+        return None
+    x, mean = (d_in[0].src, d_in[0].src_index), graph.node(d_in[1].src)
+    add_in = _single_input(graph, sqrt)
+    add = graph.node(add_in[0]) if add_in is not None else None
+    mean_in = _scalar_source(graph, add) if add is not None and add.kind == OpKind.ADD else None
+    mean2 = graph.node(mean_in[0]) if mean_in is not None else None
+    sq_in = _single_input(graph, mean2) if mean2 is not None and mean2.kind == OpKind.MEAN else None
+    square = graph.node(sq_in[0]) if sq_in is not None else None
+    if add is None or mean2 is None or square is None or not _squares(graph, square, d.name):
+        return None
+    chain = [sqrt.name, add.name, mean2.name, square.name]
+    if _single_input(graph, mean) != x:
+        return None
+    inner = (mean.name, d.name, *reversed(chain))
+    if any(graph.is_output(n) for n in inner) or not all(
+        e.dst in {*inner, out.name} for n in inner for e in graph.out_edges(n)
+    ):
+        return None
+    return Composite("layernorm", x[0], inner, out.name)
+
+
+def _squares(graph: Graph, node: Node, d: str) -> bool:
+    """Whether ``node`` is ``pow(d, 2)`` (the 2 a constant input or an attribute) or ``mul(d, d)``."""
+    edges = graph.in_edges(node.name)
+    if node.kind == OpKind.MUL:
+        return len(edges) == 2 and all(e.src == d for e in edges)
+    if "pow" not in node.layer_type.lower():
+        return False
+    if len(edges) == 2:
+        base, exponent = sorted(edges, key=lambda e: e.dst_index)
+        value = graph.node(exponent.src).weights.get("value")
+        return base.src == d and value is not None and value.size == 1 and float(value.reshape(())) == 2.0
+    operand = _scalar_operand(graph, node)
+    return operand is not None and operand[0] == 2.0 and operand[1][0] == d
+
+
 def _hard_sigmoid(graph: Graph, out: Node) -> Composite | None:
     """``relu6(x + 3) / 6`` (or ``* 1/6``)."""
     r = _scaled_by_sixth(graph, out)
@@ -104,9 +208,78 @@ def _hard_sigmoid(graph: Graph, out: Node) -> Composite | None:
     add = graph.node(source[0]) if source is not None else None
     x = _plus_three(graph, add) if add is not None else None
     inner = _relu6_of_x_plus_3(graph, r, x) if x is not None else None
-    if inner is None or not _only_inside(graph, list(inner)):
+    if x is None or inner is None or not _only_inside(graph, list(inner)):
         return None
     return Composite("hardsigmoid", x[0], inner, out.name)
+
+
+def _affine(graph: Graph, out: Node, used: set[str]) -> Composite | None:
+    """``x -> op(., a) -> ... -> out(., b)``: ops that each combine the one before with a
+    number (`_AFFINE`, or a division by a number), ending at ``out``; None when ``out`` is
+    no such op or is not the chain's end (its only use is the next op of one).
+
+    The chain stops at the first op that is not one, has another use, or belongs to
+    another composite (``used``): that op's output is ``x``.
+    """
+    if not _scales_or_shifts(graph, out) or (not graph.is_output(out.name) and _continues(graph, out, used)):
+        return None
+    inner: list[str] = []
+    x = _scalar_source(graph, out)
+    while x is not None:
+        prev = graph.node(x[0])
+        if prev.name in used or x[1] != 0 or not _only_inside(graph, [prev.name]):
+            break
+        if not _scales_or_shifts(graph, prev):
+            break
+        inner.append(prev.name)
+        x = _scalar_source(graph, prev)
+    if x is None:
+        return None
+    return Composite("affine", x[0], tuple(reversed(inner)), out.name)
+
+
+def _scales_or_shifts(graph: Graph, node: Node) -> bool:
+    """Whether ``node`` combines one tensor with a number or a constant no larger than it:
+    ``x * a``, ``x + b``, ``x - b``, ``b - x`` or ``x / a``."""
+    return _scalar_source(graph, node) is not None
+
+
+def _scalar_source(graph: Graph, node: Node) -> tuple[str, int] | None:
+    """The tensor input ``x`` of `_scales_or_shifts`'s ``node``, or None."""
+    division = _is_division(node)
+    if node.kind not in _AFFINE and not division:
+        return None
+    operand = _scalar_operand(graph, node, divisor=division)
+    return operand[1] if operand is not None else _constant_operand(graph, node, division)
+
+
+def _constant_operand(graph: Graph, node: Node, divisor: bool) -> tuple[str, int] | None:
+    """``x`` when ``node`` combines one tensor ``x`` with a constant of any size (a scale per
+    channel) that does not make its output larger than ``x``."""
+    edges = graph.in_edges(node.name)
+    if len(edges) != 2:
+        return None
+    for const, other in ((edges[1], edges[0]), (edges[0], edges[1])):
+        if graph.node(const.src).kind != OpKind.CONSTANT or graph.node(other.src).kind == OpKind.CONSTANT:
+            continue
+        if divisor and const.dst_index != 1:
+            return None
+        shapes = graph.node(other.src).output_shapes
+        if (
+            other.src_index < len(shapes)
+            and node.output_shapes
+            and shapes[other.src_index] == node.output_shapes[0]
+        ):
+            return other.src, other.src_index
+        return None
+    return None
+
+
+def _continues(graph: Graph, node: Node, used: set[str]) -> bool:
+    """Whether ``node``'s one use is another scale or shift of no other composite, which
+    then ends the chain."""
+    edges = graph.out_edges(node.name)
+    return len(edges) == 1 and edges[0].dst not in used and _scales_or_shifts(graph, graph.node(edges[0].dst))
 
 
 def _relu6_of_x_plus_3(graph: Graph, r: Node, x: tuple[str, int]) -> tuple[str, str] | None:
@@ -208,10 +381,10 @@ def _scalar_operand(graph: Graph, node: Node, divisor: bool = False) -> tuple[fl
     others = [k for k, v in node.attrs.items() if k not in numbers and v is not None and k != "function"]
     if len(numbers) != 1 or others:
         return None
-    ((key, value),) = numbers.items()
+    ((key, number),) = numbers.items()
     if divisor and key not in _SECOND_OPERAND:
         return None
-    return float(value), (edges[0].src, edges[0].src_index)
+    return float(number), (edges[0].src, edges[0].src_index)
 
 
 def _only_inside(graph: Graph, names: list[str]) -> bool:

@@ -416,6 +416,11 @@ def _why(row: LayerParity, inputs: Sequence[LayerParity]) -> tuple[str, str]:
             f"the runtime's own requantization: {100 * row.one_step:.2g} % of values one step off "
             "(a tie rounded the other way after integer arithmetic)"
         )
+    shared = max((r.one_step + r.over_one_step for r in inputs), default=0.0)
+    if inputs and row.over_one_step <= max(CARRIED_SHARE, OWN_FACTOR * shared):
+        # its inputs differ about as often: on a small tensor (an SE block's pooled vector)
+        # their differences fit a line by chance, which names no weight or bias
+        return _passed_on(row, inputs)
     fitted = row.fit_residual is not None and row.fit_residual < 0.25
     if fitted and row.gain is not None and (row.gain_off_share or 0) > 0:
         return "mismatch", (
@@ -429,16 +434,22 @@ def _why(row: LayerParity, inputs: Sequence[LayerParity]) -> tuple[str, str]:
         )
     if not inputs:
         return "otherwise", f"computed otherwise by the runtime, its inputs equal (computed by {chain})"
-    shared = max(r.one_step + r.over_one_step for r in inputs)
-    named = ", ".join(
-        f"'{r.layer}' ({r.max_steps:.0f} steps on {100 * (r.one_step + r.over_one_step):.2g} %)"
+    return "otherwise", (
+        f"computed otherwise by the runtime: {100 * row.over_one_step:.2g} % of values more than one step off, "
+        f"where its inputs differ on far fewer: {_inputs_text(inputs)} (computed by {chain})"
+    )
+
+
+def _inputs_text(inputs: Sequence[LayerParity]) -> str:
+    return ", ".join(
+        f"'{r.layer}' ({r.max_steps or 0:.0f} steps on {100 * (r.one_step + r.over_one_step):.2g} %)"
         for r in inputs
     )
-    if row.over_one_step > max(CARRIED_SHARE, OWN_FACTOR * shared):
-        return "otherwise", (
-            f"computed otherwise by the runtime: {100 * row.over_one_step:.2g} % of values more than one step off, "
-            f"where its inputs differ on far fewer: {named} (computed by {chain})"
-        )
+
+
+def _passed_on(row: LayerParity, inputs: Sequence[LayerParity]) -> tuple[str, str]:
+    """``carried`` or ``grown``: a row whose inputs differ about as often as it does."""
+    named = _inputs_text(inputs)
     if row.over_one_step <= CARRIED_SHARE:
         return (
             "carried",

@@ -226,6 +226,13 @@ def quantize_composites_once(graph: Graph) -> None:
             source.quant.activation = None
             source.quant.activation_float_reason = f"fused with the activation {out.name!r}: quantized after it"
             source.quant.fused_into = out.name
+    for node in graph.nodes():  # conv -> mul -> add -> hard-swish: each fused one names the chain's quantizer
+        first = after = node.quant.fused_into
+        while after is not None and graph.node(after).quant.fused_into is not None:
+            after = graph.node(after).quant.fused_into
+        if after != first:
+            node.quant.fused_into = after
+            node.quant.activation_float_reason = f"fused with the activation {after!r}: quantized after it"
 
 
 def default_activation(config: QuantizationConfig) -> ActivationQuantConfig:
