@@ -18,7 +18,6 @@ from model_compression_toolkit.core.calibration.statistics import NodeStatistics
 from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.core.similarity.causes import (
     ACTIVATION,
-    ImpactProbe,
     QuantizerEntry,
     input_range_spreads,
     measure_impacts,
@@ -28,6 +27,7 @@ from model_compression_toolkit.core.similarity.channels import ChannelSums
 from model_compression_toolkit.core.similarity.fix import FixMenu, suggest_fix
 from model_compression_toolkit.core.similarity.metrics import MetricSums, SampleMetrics, blocks, sample_rows
 from model_compression_toolkit.core.similarity.plan import LOCAL_SUFFIX, ComparePoint, Comparison, local_group
+from model_compression_toolkit.core.similarity.probe import ComparedProbe
 from model_compression_toolkit.core.similarity.reference import FloatModel, float_chunks
 from model_compression_toolkit.core.similarity.report import LayerSimilarity, SimilarityReport, error_class
 
@@ -165,7 +165,9 @@ class _PointAccumulator:
             activation_bits=node.quant.activation.n_bits if node.quant.activation else None,
             weights_threshold_max=_max_threshold(weights),
             activation_threshold=_activation_threshold(node),
-            clipped_percent=100.0 * self.clipped / self.total if self.range is not None and self.total else None,
+            clipped_percent=100.0 * self.clipped / self.total
+            if self.range is not None and self.total
+            else None,
             cosine_per_sample=[float(c) for c in acc.cosine],
         )
         if self.local:
@@ -189,12 +191,18 @@ class _PointAccumulator:
             return None
         clipped = 100.0 * self.clipped / self.total if self.total else None
         act = self.node.quant.activation
-        return QuantizerEntry.of(self.point.name, ACTIVATION, layer_type, act.n_bits, self.alone.result(), clipped)
+        return QuantizerEntry.of(
+            self.point.name, ACTIVATION, layer_type, act.n_bits, self.alone.result(), clipped
+        )
 
 
 def _max_threshold(weights) -> float | None:
     values = [np.max(np.abs(w.threshold)) for w in weights if w.threshold is not None]
-    values += [max(np.max(np.abs(w.range_min)), np.max(np.abs(w.range_max))) for w in weights if w.range_min is not None]
+    values += [
+        max(np.max(np.abs(w.range_min)), np.max(np.abs(w.range_max)))
+        for w in weights
+        if w.range_min is not None
+    ]
     return float(max(values)) if values else None
 
 
@@ -209,7 +217,6 @@ def _activation_threshold(node: Node) -> float | None:
     return None
 
 
-
 class _Router:
     """The tap of the quantized (or the local) model: hands each compare point's output,
     as the model produces it, to its accumulator with the float output of the same chunk."""
@@ -222,8 +229,12 @@ class _Router:
             if not local or acc.point.local is not None
         }
         self.float_outputs: Mapping[str, np.ndarray] = {}  # of the chunk being run
+        self.record: set[str] = set()  # the points whose output of this chunk is kept (copied)
+        self.recorded: dict[str, np.ndarray] = {}
 
     def __call__(self, name: str, value: np.ndarray) -> None:
+        if name in self.record:
+            self.recorded[name] = np.array(value)
         acc = self.by_name[name]
         reference = self.float_outputs[acc.point.reference]
         (acc.update_local if self.local else acc.update)(reference, value)
@@ -292,13 +303,22 @@ def analyze(
             weights=local_weights,
             tap=local_tap,
         )
+    # the model outputs are compare points: their values on the impact chunks are kept, so
+    # that the probe need not run the quantized model again (`probe.ComparedProbe`)
+    outputs = [name for name, _ in q_graph.outputs]
+    q_outputs: list[list[np.ndarray]] | None = [] if set(outputs) <= set(q_tap.by_name) else None
     seen = 0
     kept: list[list[np.ndarray]] = []  # the impact samples' inputs, in whole chunks
     for chunk, f_out in chunks:
-        if seen < impact_samples:
+        impact_chunk = seen < impact_samples
+        if impact_chunk:
             kept.append([np.array(a) for a in chunk])
+        q_tap.record = set(outputs) if impact_chunk and q_outputs is not None else set()
         q_tap.float_outputs = local_tap.float_outputs = f_out
         backend.forward(quantized_model, chunk)
+        if q_tap.record and q_outputs is not None:
+            q_outputs.append([q_tap.recorded[name] for name in outputs])
+            q_tap.recorded = {}
         if local_model is not None:
             feeds = local.inputs(chunk, f_out)
             backend.forward(local_model, feeds)
@@ -308,12 +328,16 @@ def analyze(
         del f_out
         progress("similarity", seen, samples, "samples")
     layers = [acc.result(q_graph.node(acc.point.name).layer_type) for acc in accumulators]
-    entries = [e for acc in accumulators if (e := acc.entry(q_graph.node(acc.point.name).layer_type)) is not None]
-    spreads = input_range_spreads(q_graph, {n: max(abs(st.min), abs(st.max)) for n, st in (stats or {}).items()})
+    entries = [
+        e for acc in accumulators if (e := acc.entry(q_graph.node(acc.point.name).layer_type)) is not None
+    ]
+    spreads = input_range_spreads(
+        q_graph, {n: max(abs(st.min), abs(st.max)) for n, st in (stats or {}).items()}
+    )
     for entry in entries:
         entry.input_range_spread = spreads.get(entry.name)
     entries += weight_entries(q_graph, weights)
-    probe = ImpactProbe(backend, q_graph, kept, memory_cap) if entries and kept else None
+    probe = ComparedProbe(backend, q_graph, kept, memory_cap, q_outputs) if entries and kept else None
     if probe is not None:
         measure_impacts(probe, entries, max_impact_quantizers, progress)
     fix = suggest_fix(entries, q_graph, probe, l_p_value, stats, menu)
