@@ -120,7 +120,7 @@ def measure(name: str) -> dict:
             row["cause_count"] = len(report.causes())
             fix = report.suggested_fix()
         if fix:
-            row["fix"] = _describe(fix)
+            row["fix"] = _describe(fix) + ("" if fix.restores else "; the report says no fix it tried restores")
             try:
                 fixed, _ = ptq(model, lambda: iter(batches), core_config=fix.apply(mct.core.CoreConfig()))
                 row["fixed"] = case.evaluate(fixed)

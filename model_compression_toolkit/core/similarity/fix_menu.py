@@ -1,22 +1,27 @@
-"""What a suggested fix may change, as the target allows, and the equalization it tries.
+"""What a suggested fix may change, as the target allows, how a candidate is judged, and
+the equalization it tries.
 
-The menu, cheapest first, for a cause whose per-channel picture shows an outlier channel:
+The menu, cheapest first (`core.similarity.fix` measures it in this order and stops at the
+first entry that restores):
 
-    equalize channels (no bytes, integer) -> 16-bit activation -> more weight bits -> float
+    equalize channels (no bytes, integer) -> the causes' own fix (16-bit output, more
+    weight bits, float) -> every activation at 16 bits -> both -> every weight at 16 too
 
 A target that runs integers only (``CoreConfig(integer_only=True)``, or any
 ``target_platform_capabilities``: IMX500, int8 TFLite) takes no float layer and only the
 bit-widths it lists: the menu says which (`FixMenu.of`), and the fix keeps to it.
-Equalization is measured the way every other candidate is (`ImpactProbe`): the quantized
-graph equalized (`core.equalization`), the grids of what it changed chosen again on the
-impact samples, the model output's SQNR against the float output.
+Each candidate is judged where its harm lands (`judge`): the model output's worst part
+(`ImpactProbe`), and, where the call has the user's metric (`FixMetric`), that metric on
+the candidate's model. Equalization is measured the same way: the quantized graph
+equalized (`core.equalization`), the grids of what it changed chosen again on the impact
+samples.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from model_compression_toolkit.core.calibration.shared_grids import share_grids
@@ -26,12 +31,52 @@ from model_compression_toolkit.core.config import CoreConfig
 from model_compression_toolkit.core.equalization import EqualizationPair, equalize, find_pairs
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.similarity.causes import ACTIVATION, ImpactProbe, QuantizerEntry, isolate
+from model_compression_toolkit.core.similarity.suggested import FixAlternative, SuggestedFix
+from model_compression_toolkit.errors import ConfigurationError
 
-Fix = Any  # a `fix.SuggestedFix` (fix imports this module, so it is not imported here)
+__all__ = ["FixAlternative", "FixMenu", "FixMetric"]
 MORE_BITS = (4, 6, 8, 12, 16)  # the weight bit-widths a fix may give a layer, fewest first
 MORE_ACTIVATION_BITS = 16  # the bits a fix may give an activation before keeping it float
 INTEGER_MAX_BITS = 8  # an integer-only target without a platform model: int8
 OUTLIER_SPREAD = 8.0  # a channel range this many times the median channel's is an outlier
+
+
+@dataclass(frozen=True)
+class FixMetric:
+    """The user's task metric, to judge each fix candidate by (``evaluate`` of a tuned call).
+
+    Attributes:
+        evaluate: model -> score, higher is better; called on each candidate's model as
+            the backend builds it from the candidate's graph.
+        baseline: the float model's score.
+        max_drop: the largest drop below ``baseline`` a fix may leave (a fraction of it
+            with ``relative``).
+        relative: read ``max_drop`` as a fraction of ``baseline``.
+    """
+
+    evaluate: Callable[[object], object]
+    baseline: float
+    max_drop: float = 0.01
+    relative: bool = False
+
+    def score(self, model: object) -> float:
+        """``evaluate(model)`` as a finite float, else ConfigurationError."""
+        value = self.evaluate(model)
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            number = math.nan
+        if isinstance(value, (str, bytes, bool)) or not math.isfinite(number):
+            raise ConfigurationError(
+                f"evaluate must return a finite number (higher is better); for a fix candidate it returned {value!r}"
+            )
+        return number
+
+    def restores(self, score: float) -> bool:
+        """Whether ``score`` is within the allowed drop of the baseline."""
+        drop = self.baseline - score
+        drop = drop / abs(self.baseline) if self.relative and self.baseline else drop
+        return drop <= self.max_drop + 1e-9 * max(1.0, abs(self.max_drop))
 
 
 @dataclass(frozen=True)
@@ -47,6 +92,8 @@ class FixMenu:
         prefer_equalization: suggest equalization whenever it restores the output (it
             costs no bytes); False keeps the per-layer fix of bits or float as the
             suggestion and lists equalization among the alternatives.
+        metric: the user's metric, to judge each candidate by besides the output SQNR;
+            None: the output SQNR alone (`suggested.RESTORE_DB`).
     """
 
     integer_only: bool = False
@@ -54,12 +101,13 @@ class FixMenu:
     activation_bits: int | None = MORE_ACTIVATION_BITS
     target: str | None = None
     prefer_equalization: bool = True
+    metric: FixMetric | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, config: CoreConfig) -> FixMenu:
         """The menu of a resolved `CoreConfig`: its platform's bit-widths when it has one
         (integer only), else int8 with ``integer_only``, else everything."""
-        tpc = config.target_platform_capabilities
+        tpc: Any = config.target_platform_capabilities  # a `core.tpc` platform model, read by name
         if tpc is not None:
             weights = tuple(sorted({*tpc.mixed_precision_weights_bits, tpc.weights_n_bits}))
             options = [tpc.default_qco, *tpc.sets.values()]
@@ -88,43 +136,6 @@ class FixMenu:
             return False
         cfg = graph.node(name).quant.activation
         return cfg is None or cfg.allowed_bits is None or bits in cfg.allowed_bits
-
-
-@dataclass
-class FixAlternative:
-    """One fix the report tried for the causes, what it gives and what it costs.
-
-    Attributes:
-        name: ``"equalize channels"``, ``"more bits"``, ``"keep float"``.
-        change: what it changes, in words.
-        output_sqnr_db: the model output's SQNR with it (dB); None: not measured.
-        weights_bytes / activation_bytes: what it adds to the weights memory and to the
-            activation memory of one sample (bytes, negative when it saves).
-        float_layers: the layers it keeps float (output or weights).
-        allowed: whether the target allows it; not allowed: listed, never suggested.
-        chosen: whether it is the suggested fix.
-    """
-
-    name: str
-    change: str
-    output_sqnr_db: float | None = None
-    weights_bytes: float = 0.0
-    activation_bytes: float = 0.0
-    float_layers: int = 0
-    allowed: bool = True
-    chosen: bool = False
-
-    def line(self) -> str:
-        if not self.allowed:
-            return f"{self.name}: {self.change}: not allowed on this target"
-        gives = "not measured" if self.output_sqnr_db is None else f"output SQNR {self.output_sqnr_db:.1f} dB"
-        cost = f"{self.weights_bytes / 1024:+.1f} KiB weights, {self.activation_bytes / 1024:+.1f} KiB activations"
-        floats = f", {self.float_layers} float" if self.float_layers else ""
-        mark = " <- suggested" if self.chosen else ("" if self.allowed else " (the target does not allow it)")
-        return f"{self.name}: {self.change}: {gives}; {cost}{floats}{mark}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def has_outlier_channels(entries: Sequence[QuantizerEntry]) -> bool:
@@ -173,9 +184,9 @@ def equalized_variant(
     for pair in done:
         for name in (pair.producer, pair.consumer):
             node = out.node(name)
-            for wname, cfg in node.quant.weights.items():
-                if cfg.grid is not None:
-                    fill_weights_config(cfg, node.weights[wname], l_p_value)
+            for wname, wcfg in node.quant.weights.items():
+                if wcfg.grid is not None:
+                    fill_weights_config(wcfg, node.weights[wname], l_p_value)
     changed = [n for p in done for n in p.changed_outputs]
     quantized = [
         n for n in dict.fromkeys(changed)
@@ -183,7 +194,9 @@ def equalized_variant(
     ]  # fmt: skip
     stats = probe_statistics(probe, out, quantized)
     for name in quantized:
-        fill_activation_config(out.node(name).quant.activation, stats[name], l_p_value)
+        act = out.node(name).quant.activation
+        assert act is not None  # chosen above for having a grid
+        fill_activation_config(act, stats[name], l_p_value)
     share_grids(out)
     return out, done
 
@@ -200,10 +213,31 @@ def not_allowed(entries: Sequence[QuantizerEntry], graph: Graph, menu: FixMenu) 
     return out + [FixAlternative("keep float", names, float_layers=len(causes), allowed=False)]
 
 
-def choose(tried: Sequence[Fix], menu: FixMenu) -> Fix:
-    """The cheapest fix that restores the output (no float layer first, then fewest bytes);
-    without ``menu.prefer_equalization`` the per-layer fix stays when it restores; when
-    none does, the one that gives the most."""
+def judge(
+    fix: SuggestedFix,
+    variant: Graph,
+    probe: ImpactProbe,
+    menu: FixMenu,
+    before: float,
+    metric_before: float | None,
+) -> SuggestedFix:
+    """``fix`` with what its ``variant`` (the quantized graph as the fix leaves it) gives:
+    the output SQNR where the harm lands (the worst output part, as the causes are
+    measured), and the user's metric on the variant's model where the menu has one."""
+    impact = probe.impact(variant)
+    fix.output_sqnr_db_before, fix.output_sqnr_db_after = before, impact.sqnr_db
+    fix.output_probability = impact.probability
+    if menu.metric is not None:
+        fix.metric_before = metric_before
+        fix.metric_after = menu.metric.score(probe.backend.build(variant, quantized=True))
+        fix.metric_restores = menu.metric.restores(fix.metric_after)
+    return fix
+
+
+def choose(tried: Sequence[SuggestedFix], menu: FixMenu) -> SuggestedFix:
+    """The cheapest fix that restores (no float layer first, then fewest bytes); without
+    ``menu.prefer_equalization`` the per-layer fix stays when it restores; when none does,
+    the one that gives the most (the metric where measured, then the output SQNR)."""
     restoring = [f for f in tried if f.restores]
     if restoring and not menu.prefer_equalization:
         layer = [f for f in restoring if not f.equalize]
@@ -216,12 +250,11 @@ def choose(tried: Sequence[Fix], menu: FixMenu) -> Fix:
                 f.weights_bytes_after + f.activation_bytes_after,
             ),
         )
-    return max(
-        tried, key=lambda f: f.output_sqnr_db_after if f.output_sqnr_db_after is not None else -math.inf
-    )
+    return max(tried, key=lambda f: (-math.inf if f.metric_after is None else f.metric_after, f.sqnr_after))
 
 
-def alternative(fix: Fix, chosen: bool) -> FixAlternative:
+def alternative(fix: SuggestedFix, chosen: bool) -> FixAlternative:
+    """``fix`` as a line of the alternatives tried."""
     if fix.equalize:
         name, change = "equalize channels", "; ".join(fix.equalized_pairs)
     else:
@@ -238,5 +271,5 @@ def alternative(fix: Fix, chosen: bool) -> FixAlternative:
     return FixAlternative(
         name, change, fix.output_sqnr_db_after,
         fix.weights_bytes_after - fix.weights_bytes_before, fix.activation_bytes_after - fix.activation_bytes_before,
-        len(fix.activations) + len(fix.weights), chosen=chosen,
+        len(fix.activations) + len(fix.weights), chosen=chosen, metric=fix.metric_after, restores=fix.restores,
     )  # fmt: skip

@@ -142,15 +142,16 @@ def test_keras_net_computes_what_the_pytorch_net_does(name):
     assert max_abs_diff(name, x) < 1e-4
 
 
-def test_the_detector_s_cause_is_its_head_concatenation_and_the_fix_gives_the_detections_back():
+def test_the_detector_s_cause_is_its_head_concatenation_and_the_fix_restores_or_says_it_does_not():
     """YOLOv8n's head joins box coordinates in pixels with class scores in 0-1 on one grid:
     8-bit keeps few of the float detections; the first cause is that concatenation, named
-    with the score part it wipes out, and the suggested fix, applied as the report says
-    (``CoreConfig(keep_float=fix)``), gives most detections back: AP50 against the float
-    detections within 10 points of float (34 detections: 3 points each). Measured
-    (bench/real_zoo.py): 8-bit 26 %, the report's fix (the concat and the first SiLU float,
-    the next conv at 16 bits) 95.5 %; the concatenation at 16 bits
-    alone 91 %, with the first SiLU too 94 %, every activation at 16 bits 99 %."""
+    with the score part it wipes out. Issue 30's "done when": the suggested fix, applied as
+    the report says (``CoreConfig(keep_float=fix)``), gives AP50 (34 float detections as
+    ground truth) within `RESTORED` of float, or the report says plainly that no fix it
+    tried restores, with what each gave. Measured (bench/real_zoo.py, docs in
+    core/similarity/suggested.py): 8-bit 26.5 %; every activation at 16 bits leaves the
+    scores at 21 dB on the concatenation's one grid (AP50 98.9 %), so the search goes on
+    to that concatenation float with every activation at 16 bits."""
     entry = _measured("nudenet")
     report = entry["report"]
     assert entry["float"]["ap50"] - entry["8-bit"]["ap50"] > 0.5, (entry["float"], entry["8-bit"])
@@ -162,4 +163,17 @@ def test_the_detector_s_cause_is_its_head_concatenation_and_the_fix_gives_the_de
     fix = report.suggested_fix()
     fixed, _ = _ptq(CASES["nudenet"], entry["model"], entry["batches"], report=False, keep_float=fix)
     result = CASES["nudenet"].evaluate(fixed)
-    assert result["ap50"] >= entry["float"]["ap50"] - 0.1, (result, fix.summary())
+    if result["ap50"] >= entry["float"]["ap50"] - RESTORED:
+        assert fix.restores, fix.summary()  # and the report says it restores
+        return
+    # not restored: the report must not present it as the fix without saying so
+    assert not fix.restores and fix.note is not None and "No fix tried restores" in fix.note, (
+        result,
+        fix.summary(),
+    )
+    for tried in (a for a in fix.alternatives if a.allowed):
+        assert f"{tried.change} gave {tried.gives()}" in fix.note, fix.note
+    assert fix.note in report.summary()
+
+
+RESTORED = 0.01  # AP50 within 1 point of float: the fix restores the metric (issue 30)
