@@ -41,7 +41,18 @@ ALLOWED = {
     "pruning": {"not_provided", "errors"},
     "data_generation": {"not_provided", "errors"},
     # the package's __init__: the public names
-    "": {"ptq", "observers", "core", "errors", "xquant", "gptq", "qat", "pruning", "data_generation", "exporter"},
+    "": {
+        "ptq",
+        "observers",
+        "core",
+        "errors",
+        "xquant",
+        "gptq",
+        "qat",
+        "pruning",
+        "data_generation",
+        "exporter",
+    },
 }
 # third-party packages a layer must not import (core and pipeline import no framework)
 FORBIDDEN_THIRD_PARTY = {
@@ -76,7 +87,9 @@ def imports(module: str) -> tuple[set[str], set[str]]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             # ``from pkg import sub`` imports the submodule when there is one
             names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
         else:
