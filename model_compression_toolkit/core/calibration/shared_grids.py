@@ -5,8 +5,17 @@
 - ``concat_threshold_update``: every quantized input of a concatenation takes the
   concatenation's grid, so that the concatenation joins values already on one grid:
   ``a(q of cat), b(q of cat) -> cat(q)``.
+- By default (`link_selections`), an op that only selects values of its input (a max
+  pooling, a ReLU) shares one grid with the quantizer of that input. A monotonic rounding
+  ``q`` commutes with it, ``max(q(x)) == q(max(x))`` and ``relu(q(x)) == q(relu(x))``
+  (zero is on every grid), so one grid loses nothing that two in a row would keep, and an
+  integer kernel runs the op on the integers as they are:
 
-Both are recorded as ``ActivationQuantConfig.grid_from`` and resolved here, following
+      prev(q of pool) -> pool(q)     prev feeds only the pool: the grid is chosen on the
+                                     values the pool passes on, the only ones used
+      prev(q) -> pool(q of prev)     prev also feeds other layers or is an output
+
+Links are recorded as ``ActivationQuantConfig.grid_from`` and resolved here, following
 chains (``a`` from ``b`` from ``c``).
 """
 
@@ -15,6 +24,7 @@ from __future__ import annotations
 import copy
 
 from model_compression_toolkit.core.graph import VALUE_PRESERVING, Graph, Node, OpKind
+from model_compression_toolkit.core.quant_config import ActivationQuantConfig
 
 
 def link_concat_inputs(graph: Graph) -> list[str]:
@@ -50,9 +60,77 @@ def _carrier(graph: Graph, node: Node) -> Node | None:
     return node
 
 
+def selects_values(node: Node) -> bool:
+    """Whether ``node``'s output holds only values of its single input, or zeros, through
+    a non-decreasing map: a max pooling (any window, padding or size), or a plain ReLU
+    (not ReLU6 or a thresholded or leaky one, whose bounds and slopes need not be on a grid)."""
+    if node.kind == OpKind.POOL:
+        return "max" in node.layer_type.lower()
+    if node.kind != OpKind.ACTIVATION or str(node.attrs.get("function", "")).lower() != "relu":
+        return False
+    return not any(node.attrs.get(a) for a in ("max_value", "threshold", "negative_slope"))
+
+
+def _default(act: ActivationQuantConfig | None) -> bool:
+    """Whether ``act`` is a quantizer whose grid the library chooses as it likes: its method
+    left to the data (``choose_grid``), no fixed range, no shifted negative tail."""
+    return (
+        act is not None and act.choose_grid and act.fixed_range is None and act.shift_negative_ratio is None
+    )
+
+
+def _feeds_only(graph: Graph, src: Node, dst: Node) -> bool:
+    """Whether ``src``'s output is used by ``dst`` alone, directly or through ops that only
+    move values (each used once), and is no output of the model on the way."""
+    node = src
+    while not graph.is_output(node.name) and len(graph.out_edges(node.name)) == 1:
+        user = graph.node(graph.out_edges(node.name)[0].dst)
+        if user.name == dst.name:
+            return True
+        if user.kind not in VALUE_PRESERVING or user.quant.activation is not None:
+            return False
+        node = user
+    return False
+
+
+def link_selections(graph: Graph) -> list[tuple[str, str]]:
+    """Link each default-quantized op that selects values (`selects_values`) with the
+    quantizer of its input, when both have the library's default grids at the same bits.
+
+    ``prev`` takes the op's grid (``prev.grid_from = op``) when the op alone uses ``prev``'s
+    output; otherwise the op takes ``prev``'s grid. Links already made are kept, so calling
+    this again changes nothing.
+
+    Returns:
+        ``(taker, source)`` for every link made now.
+    """
+    made = []
+    for node in graph.nodes():
+        act = node.quant.activation
+        if not _default(act) or not selects_values(node) or len(graph.in_edges(node.name)) != 1:
+            continue
+        assert act is not None
+        prev = _carrier(graph, graph.node(graph.in_edges(node.name)[0].src))
+        if prev is None or prev.name == node.name:
+            continue
+        src = prev.quant.activation
+        if not _default(src) or src is None or src.n_bits != act.n_bits:
+            continue
+        if node.name == src.grid_from or prev.name == act.grid_from:
+            continue  # linked before
+        if act.grid_from is None and src.grid_from is None and _feeds_only(graph, prev, node):
+            src.grid_from = node.name
+            made.append((prev.name, node.name))
+        elif act.grid_from is None:
+            act.grid_from = prev.name
+            made.append((node.name, prev.name))
+    return made
+
+
 def share_grids(graph: Graph) -> None:
-    """Copy each ``grid_from`` node's chosen grid (and its range, sign and bits) onto the
-    nodes that take it."""
+    """Link the ops that select values by default (`link_selections`), then copy each
+    ``grid_from`` node's chosen grid (and its range, sign and bits) onto the nodes that take it."""
+    link_selections(graph)
     for node in graph.nodes():
         act = node.quant.activation
         if act is None or act.grid_from is None:
