@@ -54,6 +54,9 @@ _LABELS = {
     "layernorm": "layer norm",
     "affine": "scale and shift by constants",
 }
+# a product of two activations keeps its own grid before a scale (attention's ``q @ k / 8``):
+# the integer matmul kernels of the runtimes read and write grids
+_PRODUCTS = frozenset({OpKind.MATMUL, OpKind.ATTENTION})
 _AFFINE = frozenset({OpKind.MUL, OpKind.ADD, OpKind.SUB})  # with a number: ``x * a``, ``x + b``, ``b - x``
 
 
@@ -219,7 +222,8 @@ def _affine(graph: Graph, out: Node, used: set[str]) -> Composite | None:
     no such op or is not the chain's end (its only use is the next op of one).
 
     The chain stops at the first op that is not one, has another use, or belongs to
-    another composite (``used``): that op's output is ``x``.
+    another composite (``used``): that op's output is ``x``. A chain after a product of two
+    activations (`_PRODUCTS`) is left as it is.
     """
     if not _scales_or_shifts(graph, out) or (not graph.is_output(out.name) and _continues(graph, out, used)):
         return None
@@ -233,9 +237,16 @@ def _affine(graph: Graph, out: Node, used: set[str]) -> Composite | None:
             break
         inner.append(prev.name)
         x = _scalar_source(graph, prev)
-    if x is None:
+    if x is None or _product_of_activations(graph, graph.node(x[0])):
         return None
     return Composite("affine", x[0], tuple(reversed(inner)), out.name)
+
+
+def _product_of_activations(graph: Graph, node: Node) -> bool:
+    """Whether ``node`` multiplies two activations (``q @ k``; not a matmul by a constant weight)."""
+    return node.kind in _PRODUCTS and all(
+        graph.node(e.src).kind != OpKind.CONSTANT for e in graph.in_edges(node.name)
+    )
 
 
 def _scales_or_shifts(graph: Graph, node: Node) -> bool:

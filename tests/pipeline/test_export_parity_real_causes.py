@@ -1,17 +1,17 @@
-"""Why PP-OCR's exported files drift from the quantized model (issue 30), on a small model.
+"""A network that turns float32 rounding into whole steps, on a small model: the export's floor
+shows it (issue 30).
 
-The text models are not exported wrong: every layer of the file computes what the quantized
-model computes, up to float32 rounding (its sums in another order, its biases as int32). A
-value within that rounding of a rounding boundary lands one step off, and on a network
-whose layers carry one step of their input into several steps of their output, the steps
-multiply through the depth. The quantized model does the same to itself: with float32
-rounding noise at each quantizer (`RoundingFloor`) it lands as far from its own outputs as
-the runtime does (PP-OCR rec: cosine 0.992 against onnxruntime's 0.989).
+A value within float32 rounding of a rounding boundary lands one step off in any runtime that
+sums in another order; on a network whose layers carry one step of their input into several
+steps of their output, the steps multiply through the depth. The quantized model does the
+same to itself: with float32 rounding noise at each quantizer (`RoundingFloor`) it lands about
+as far from its own outputs as the runtime does.
 
 The export's floor used to move only the model's inputs, which the input quantizer rounds
-away: it said 1.0 (no amplification) on every model with a quantized input, so the runtime's
-rounding read as a bug. A conv stack of 16 layers reproduces the cause here: the runtime
-lands 4 steps off (over the one-step parity), and the floor now says the model alone does.
+away: it said 1.0 (no amplification) on every model with a quantized input. A conv stack of
+16 layers reproduces the amplification here: the runtime lands 4 steps off (over the one-step
+parity), and the floor says the model alone does. (PP-OCRv4's own drift had causes of its own,
+now fixed: tests/pipeline/test_export_rounding.py.)
 """
 
 from __future__ import annotations
@@ -77,7 +77,9 @@ def test_the_rounding_floor_without_noise_is_the_quantized_model():
     from tests.fixtures.trained import load_trained
 
     x_train = digits_data(channels_last=False)[0]
-    q_model, _ = mct.ptq.pytorch_post_training_quantization(load_trained("pytorch"), representative_dataset(x_train))
+    q_model, _ = mct.ptq.pytorch_post_training_quantization(
+        load_trained("pytorch"), representative_dataset(x_train)
+    )
     graph, x = produced_graph(q_model), torch.as_tensor(x_train[:64])
     with torch.no_grad():
         reference = q_model(x).numpy()

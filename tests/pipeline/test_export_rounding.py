@@ -165,3 +165,28 @@ def test_a_small_tensor_whose_inputs_differ_is_not_named_a_mismatch():
     assert row.beyond_one_step, row
     assert row.kind in ("carried", "grown") and not row.departs, row
     assert table.first_departure is None
+
+
+def _report(cosine: float, floor: float | None, departs: bool, measured: bool = True):
+    from model_compression_toolkit.core.export.report import ExportReport, OutputParity
+    from model_compression_toolkit.core.layer_parity import LayerParity, LayerTable
+
+    output = OutputParity("y", 32, 0.01, 0.5, 0.01, 50.0, 0.5, cosine, 20.0, floor_cosine=floor)
+    row = LayerParity("conv", "Conv2d", ("conv",), 0.01, "t_conv" if measured else None, departs=departs)
+    layers = LayerTable([row])
+    return ExportReport(
+        "m", "pytorch", "ONNX", "FAKELY_QUANT", "m.onnx", 1, "onnxruntime", "data", [output], layers=layers
+    )
+
+
+def test_parity_on_a_network_that_amplifies_its_own_rounding():
+    """The recognizer against itself in PyTorch on 1 thread instead of 2: cosine 0.992. Its
+    file passes when no layer departs on its own and the outputs are within twice the floor's
+    distance; a departing layer, a file further off, or a network whose floor holds 0.999
+    still fail."""
+    assert _report(0.993, floor=0.990, departs=False).parity_ok
+    assert not _report(0.993, floor=0.990, departs=True).parity_ok  # one layer computed otherwise
+    assert not _report(0.975, floor=0.990, departs=False).parity_ok  # further than the network moves itself
+    assert not _report(0.995, floor=0.9995, departs=False).parity_ok  # a network that keeps 0.999: held to it
+    assert not _report(0.993, floor=0.990, departs=False, measured=False).parity_ok  # no per-layer table
+    assert _report(0.9995, floor=None, departs=False, measured=False).parity_ok  # 0.999 as ever

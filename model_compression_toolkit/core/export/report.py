@@ -25,6 +25,12 @@ PARITY_MAX_STEPS = 1.0
 # The relative input noise of the sensitivity floor: about the rounding error of a float32
 # sum of a few dozen terms, the order in which a runtime's arithmetic differs.
 FLOOR_NOISE = 1e-6
+# A network that turns float32 rounding into whole steps (PP-OCRv4's recognizer: the quantized
+# model in PyTorch on 1 thread against 2 threads lands at a cosine of 0.992 on one batch) cannot
+# be held to 0.999 by any runtime. Its file matches when no layer departs on its own (the
+# per-layer table) and each output is within this many times the floor's distance (one draw
+# of the noise; draws and thread counts land within 2x of each other).
+FLOOR_REACH = 2.0
 
 
 @dataclass
@@ -118,6 +124,14 @@ class OutputParity:
         slack = 8 * float(np.finfo(np.float32).eps) * self.max_reference
         within = self.step is not None and self.max_abs <= PARITY_MAX_STEPS * self.step + slack
         return within or self.cosine >= PARITY_MIN_COSINE
+
+    @property
+    def within_floor(self) -> bool:
+        """On a network whose own float32 rounding moves this output under `PARITY_MIN_COSINE`
+        (the floor), the runtime no further than `FLOOR_REACH` times the floor's distance."""
+        if self.floor_cosine is None or self.floor_cosine >= PARITY_MIN_COSINE:
+            return False
+        return 1 - self.cosine <= FLOOR_REACH * (1 - self.floor_cosine)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -260,7 +274,14 @@ class ExportReport:
 
     @property
     def parity_ok(self) -> bool:
-        return all(p.ok for p in self.parity)
+        """Every output within one step or at a cosine of 0.999 (`OutputParity.ok`); or, on a
+        network whose own float32 rounding moves its outputs further (`OutputParity.within_floor`),
+        every layer of the file within one step of the quantized model's where its inputs
+        agree: the per-layer table measured and naming no departure."""
+        if all(p.ok for p in self.parity):
+            return True
+        measured = self.layers is not None and any(row.tensor is not None for row in self.layers.rows)
+        return measured and self.first_departure is None and all(p.ok or p.within_floor for p in self.parity)
 
     @property
     def first_departure(self) -> LayerParity | None:
@@ -289,7 +310,7 @@ def _text(value: float | None) -> str:
 def parity_warning(report: ExportReport) -> str | None:
     """What to tell the user when an output of the file misses parity, or None when all match."""
     worst = [p for p in report.parity if not p.ok]
-    if not worst:
+    if not worst or report.parity_ok:
         return None
     rows = "; ".join(
         f"{p.name}: {p.max_steps or 0:.2f} steps, cosine {p.cosine:.5f} (the quantized model against itself "
