@@ -232,6 +232,8 @@ def causes_markdown(report: SimilarityReport) -> str:
             "",
             "It " + "; ".join(fix.effects()) + ".",
         ]
+    elif fix.note:  # causes, and nothing the target allows restores: said, not hidden
+        head += ["", fix.note]
     note = (
         "*SQNR alone*: the model output's SQNR with this quantizer alone quantized. The channels' "
         "median, range spread and lost inputs are in the node's panel (Graphs) and in similarity_report.json."
