@@ -11,6 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
+from model_compression_toolkit.core.calibration.outputs import mark_model_outputs
 from model_compression_toolkit.core.composites import find_composites
 from model_compression_toolkit.core.config import KeepFloat, QuantizationConfig, QuantizationMethod
 from model_compression_toolkit.core.graph import VALUE_PRESERVING, WEIGHTED, Graph, Node, OpKind
@@ -194,6 +195,7 @@ def assign_quantization(
             q.weights, q.weights_float_reason = {}, KEPT_FLOAT
         if node.name in float_outputs and q.activation is not None:
             q.activation, q.activation_float_reason = None, KEPT_FLOAT
+    mark_model_outputs(graph)  # their default grids leave room for unseen samples
 
 
 def quantize_composites_once(graph: Graph) -> None:

@@ -66,6 +66,11 @@ class ActivationQuantConfig:
     allowed_bits: tuple[int, ...] | None = None  # the bits the target platform allows here; None: any
     # ``method`` is chosen from the collected values (symmetric or uniform, `calibration.thresholds`)
     choose_grid: bool = False
+    # a model output (`calibration.outputs`): with ``choose_grid``, not clipped and widened for
+    # unseen samples, within ``bounds`` (its function's range); ``values_per_sample`` counts them
+    model_output: bool = False
+    values_per_sample: int | None = None
+    bounds: tuple[float, float] | None = None
 
 
 @dataclass
