@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 import model_compression_toolkit as mct
 from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
 from model_compression_toolkit.core.similarity.causes import ImpactProbe
+from model_compression_toolkit.core.similarity.probe import joined
 from model_compression_toolkit.pipeline.backends import get_backend
 from model_compression_toolkit.pipeline.session import Session
 from tests.fixtures.damage import outlier_channel
@@ -79,3 +82,16 @@ def test_the_quantized_model_runs_once_on_each_sample_and_the_fix_reads_those_ou
         report.summary()
     )
     assert report.fix.output_sqnr_db_after > report.fix.output_sqnr_db_before + 20
+
+
+def test_the_pieces_the_memory_cap_cut_are_joined_up_to_a_batch_the_model_ran():
+    x = np.arange(10, dtype=np.float32).reshape(10, 1)
+    pieces = [[x[0:2]], [x[2:4]], [x[4:6]], [x[6:8]], [x[8:10]]]
+    outputs = [[2 * p[0]] for p in pieces]
+    chunks, outs = joined(pieces, outputs, batch=4)
+    assert [len(c[0]) for c in chunks] == [4, 4, 2]
+    np.testing.assert_array_equal(np.concatenate([c[0] for c in chunks]), x)
+    np.testing.assert_array_equal(np.concatenate([o[0] for o in outs]), 2 * x)
+    # an output without a batch axis (a scalar over its chunk) keeps the chunks as they are
+    scalar = [[np.float32(1.0)] for _ in pieces]
+    assert joined(pieces, scalar, batch=4) == (pieces, scalar)

@@ -27,7 +27,7 @@ from model_compression_toolkit.core.similarity.channels import ChannelSums
 from model_compression_toolkit.core.similarity.fix import FixMenu, suggest_fix
 from model_compression_toolkit.core.similarity.metrics import MetricSums, SampleMetrics, blocks, sample_rows
 from model_compression_toolkit.core.similarity.plan import LOCAL_SUFFIX, ComparePoint, Comparison, local_group
-from model_compression_toolkit.core.similarity.probe import ComparedProbe
+from model_compression_toolkit.core.similarity.probe import ComparedProbe, joined
 from model_compression_toolkit.core.similarity.reference import FloatModel, float_chunks
 from model_compression_toolkit.core.similarity.report import LayerSimilarity, SimilarityReport, error_class
 
@@ -337,6 +337,9 @@ def analyze(
     for entry in entries:
         entry.input_range_spread = spreads.get(entry.name)
     entries += weight_entries(q_graph, weights)
+    # the pieces of a batch the memory cap cut, joined again: each variant runs once per batch
+    batch = max((len(a) for a in float_model.data.first if np.ndim(a)), default=0)
+    kept, q_outputs = joined(kept, q_outputs, batch)
     probe = ComparedProbe(backend, q_graph, kept, memory_cap, q_outputs) if entries and kept else None
     if probe is not None:
         measure_impacts(probe, entries, max_impact_quantizers, progress)

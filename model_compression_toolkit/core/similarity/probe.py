@@ -8,7 +8,9 @@ the output before any fix), and its outputs are the ones the comparison saw::
     comparison: quantized model --tap--> its outputs on the impact chunks (kept, copied)
     probe.impact(quantized graph) -> parts.measure(float outputs, kept outputs)
 
-so that variant costs no model run.
+so that variant costs no model run. And the chunks the comparison cut small (its memory
+cap) are joined again for the probe (`joined`), up to the size of a batch the model
+already ran: every variant then runs once per batch, not once per piece.
 """
 
 from __future__ import annotations
@@ -52,3 +54,37 @@ class ComparedProbe(ImpactProbe):
             self.runs_saved += 1
             return measure(self.parts, self.reference, self.quantized_outputs)
         return super().impact(variant, at)
+
+
+def joined(
+    chunks: list[list[np.ndarray]], outputs: list[list[np.ndarray]] | None, batch: int
+) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]] | None]:
+    """Consecutive ``chunks`` (model inputs) joined into chunks of at most ``batch``
+    samples, and ``outputs`` (each chunk's model outputs, or None) alike.
+
+    ``chunk(2) + chunk(2) + chunk(2) + chunk(2) -> chunk(8)`` when ``batch`` is 8 (the size
+    of a batch the model ran). Nothing is joined where a chunk holds an array without a
+    batch axis (a scalar input or output): its value is over that chunk only.
+    """
+    sizes = [len(chunk[0]) if chunk and np.ndim(chunk[0]) else 0 for chunk in chunks]
+    per_sample = _per_sample(chunks, sizes) and (outputs is None or _per_sample(outputs, sizes))
+    if len(chunks) < 2 or not per_sample or not all(sizes):
+        return chunks, outputs
+    groups: list[list[int]] = []
+    for index, size in enumerate(sizes):
+        if groups and sum(sizes[i] for i in groups[-1]) + size <= batch:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+
+    def join(parts: list[list[np.ndarray]], group: list[int]) -> list[np.ndarray]:
+        if len(group) == 1:
+            return parts[group[0]]
+        return [np.concatenate([parts[i][k] for i in group]) for k in range(len(parts[group[0]]))]
+
+    return [join(chunks, g) for g in groups], None if outputs is None else [join(outputs, g) for g in groups]
+
+
+def _per_sample(parts: list[list[np.ndarray]], sizes: list[int]) -> bool:
+    """Whether every array of each part runs over that part's samples (axis 0)."""
+    return all(np.ndim(a) > 0 and len(a) == size for size, arrays in zip(sizes, parts) for a in arrays)

@@ -150,10 +150,14 @@ def float_chunks(float_model: FloatModel, plan: Comparison, samples: int, memory
     backend, float_graph, reference = float_model.backend, float_model.graph, float_model.reference
     names = plan.float_names
     if reference is not None and reference.covers(names, samples):
-        yield from reference.chunks(samples, plan.chunk_size(samples, memory_cap, reference=True))
+        held = min(samples, reference.samples)  # the data may hold fewer samples than wanted
+        yield from reference.chunks(samples, plan.chunk_size(held, memory_cap, reference=True))
         return
     model = backend.build(
-        float_graph, quantized=False, extra_outputs=names, share=reference.model if reference is not None else None
+        float_graph,
+        quantized=False,
+        extra_outputs=names,
+        share=reference.model if reference is not None else None,
     )
     skip = len(float_graph.outputs)
     for inputs in sample_chunks(float_model.data.samples(samples), plan.chunk_size(samples, memory_cap)):
