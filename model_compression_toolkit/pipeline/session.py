@@ -42,7 +42,7 @@ from model_compression_toolkit.core.resolution import quantization_edits
 from model_compression_toolkit.core.resources import weights_target
 from model_compression_toolkit.core.selection import check_rules
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult, analyze
-from model_compression_toolkit.core.similarity.fix import FixMenu, FixMetric, SuggestedFix
+from model_compression_toolkit.core.similarity.fix import FixMenu, SuggestedFix
 from model_compression_toolkit.core.similarity.plan import Comparison
 from model_compression_toolkit.core.similarity.reference import FloatModel, FloatReference, has_batch_axis
 from model_compression_toolkit.errors import InputMismatchError, warn_user
@@ -146,7 +146,6 @@ class Session:
             # Samples whose float outputs the statistics pass keeps for later comparisons, on
             # top of what a staged call compares itself (the tuning loop compares every trial).
             self.reference_samples = 0
-            self.fix_metric: FixMetric | None = None  # the tuned call's evaluate: judges the fix candidates
             if self.edits:  # a rule that selects nothing fails now, before anything is written
                 self.prepare()
             if target is not None:  # an impossible budget fails now, before anything is written
@@ -347,8 +346,7 @@ class Session:
         return analyze(
             self.float_model, graph, debug.similarity_samples, debug.similarity_memory_cap,
             self.statistics(graph), weights, q_model, debug.impact_samples, debug.max_impact_quantizers,
-            self.config.quantization_config.l_p_value, self.progress,
-            dataclasses.replace(FixMenu.of(self.config), metric=self.fix_metric),
+            self.config.quantization_config.l_p_value, self.progress, FixMenu.of(self.config),
         )  # fmt: skip
 
     def quantize(

@@ -19,7 +19,6 @@ from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.numbers import format_bytes
 from model_compression_toolkit.core.resolution import keep_float_notes, resolve_config
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult
-from model_compression_toolkit.core.similarity.fix import FixMetric
 from model_compression_toolkit.errors import ConfigurationError, ModelReadError
 from model_compression_toolkit.observers.call import CallLog, observe_call
 from model_compression_toolkit.observers.call_name import call_label
@@ -184,8 +183,6 @@ def _tune(
             "a relative max_drop is a fraction of the float model's score, which is 0; "
             "use an absolute max_drop (relative=False)"
         )
-    # every trial's report judges its fix candidates by evaluate too (`core.similarity.fix`)
-    session.fix_metric = FixMetric(evaluate, baseline, float(tuning.max_drop), tuning.relative)
     with observe_call(session.model_name, root, label) as call:
         note_keep_float(session, config)
         first, _ = quantize_in_stages(session, call.observer)

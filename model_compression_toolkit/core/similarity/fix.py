@@ -179,9 +179,10 @@ def suggest_fix(
                     break
         if not any(f.restores for f in tried):  # all measured: the cheapest that restores wins
             tried += [search.judged(candidate) for candidate in combined]
-    if not causes:  # a spread setting that gains nothing is no fix
-        tried = [f for f in tried if f.sqnr_after >= search.before + USEFUL_DB or f.restores]
-    best = choose(tried, menu) if tried else SuggestedFix(output_sqnr_db_before=search.before)
+    useful = tried  # a spread setting that gains nothing is no fix (listed, never suggested)
+    if not causes:
+        useful = [f for f in tried if f.sqnr_after >= search.before + USEFUL_DB or f.restores]
+    best = choose(useful, menu) if useful else SuggestedFix(output_sqnr_db_before=search.before)
     best.integer_only, best.target = menu.integer_only, menu.target
     best.alternatives = [alternative(f, f is best) for f in tried] + not_allowed(entries, graph, menu)
     best.candidates = list(tried)
