@@ -20,6 +20,8 @@ tail onto an unsigned grid (shift negative correction); a ``fixed_range`` needs 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from model_compression_toolkit.core.calibration.kl import (
@@ -58,13 +60,31 @@ def error_power(error_method: QuantizationErrorMethod, l_p_value: float = 2.0) -
     }[error_method]
 
 
-def _histogram_errors(error_method: QuantizationErrorMethod, l_p_value: float):
+# a histogram's non-empty bins: their low and high ends and their counts
+Bins = tuple[np.ndarray, np.ndarray, np.ndarray]
+BinErrors = Callable[[Bins, QuantGrid], np.ndarray]
+
+
+def _judge(p: float) -> BinErrors:
+    """``errors(bins, grid)``: the mean ``|q(x) - x|**p`` of each candidate grid on a histogram."""
+
+    def errors(bins: Bins, grid: QuantGrid) -> np.ndarray:
+        return histogram_error(bins[0], bins[1], bins[2], grid, p)
+
+    return errors
+
+
+def _kl(bins: Bins, grid: QuantGrid) -> np.ndarray:
+    return histogram_kl(bins[0], bins[1], bins[2], grid)
+
+
+def _histogram_errors(error_method: QuantizationErrorMethod, l_p_value: float) -> BinErrors | None:
     """``errors(bins, grid)`` of candidate grids on a histogram for ``error_method``, or None
     (NOCLIPPING: no search)."""
     if error_method == QuantizationErrorMethod.KL:
-        return lambda bins, grid: histogram_kl(*bins, grid)
+        return _kl
     p = error_power(error_method, l_p_value)
-    return None if p is None else (lambda bins, grid: histogram_error(*bins, grid, p))
+    return None if p is None else _judge(p)
 
 
 def quantization_error(
@@ -176,8 +196,7 @@ def fill_activation_config(cfg: ActivationQuantConfig, stats: NodeStatistics, l_
     errors = _histogram_errors(cfg.error_method, l_p_value)
     values, low, high = _histogram_values(stats, cfg.z_threshold)
     if cfg.choose_grid:
-        p = error_power(cfg.error_method, l_p_value) or 2.0
-        judge = lambda bins, grid: histogram_error(*bins, grid, p)  # noqa: E731
+        judge = _judge(error_power(cfg.error_method, l_p_value) or 2.0)
         tolerance = 0.0 if error_power(cfg.error_method, l_p_value) is None else CLIP_TOLERANCE
         if cfg.model_output:  # no search: the range of unseen samples (`calibration.outputs`)
             errors, tolerance = None, 0.0
@@ -243,7 +262,7 @@ def _fill_activation_grid(
     threshold = _symmetric_threshold(values, low, high, cfg.n_bits, bool(cfg.signed), errors, pow2, tolerance)
     cfg.threshold = threshold
     cfg.range_min = cfg.range_max = None
-    cfg.grid = symmetric_grid(threshold, cfg.n_bits, cfg.signed)
+    cfg.grid = symmetric_grid(threshold, cfg.n_bits, bool(cfg.signed))
     ratio = cfg.shift_negative_ratio
     if ratio is not None and low < 0 and -low <= ratio * threshold:
         _shift_negative(cfg, values, low, high, errors, pow2)
