@@ -59,9 +59,15 @@ class QuantizationConfig:
             NOCLIPPING): unsigned symmetric when the minimum is >= 0, else signed
             symmetric unless ``UNIFORM`` (a zero point) has less than 0.8 times its error
             (the mean error of the error method, MSE for NOCLIPPING and KL),
-            as after a ReLU then a batch norm with a negative shift. ``SYMMETRIC``,
-            ``POWER_OF_TWO`` or ``UNIFORM`` set here, by a target platform or by a
-            network editor rule is used for every activation it covers, as given.
+            as after a ReLU then a batch norm with a negative shift. The default grid
+            also takes the widest range within 20 % of the least error (the calibration
+            samples do not hold every large value unseen data brings); a max pooling or a
+            ReLU after a quantized input shares its input's grid (on the pool's values when
+            the pool alone reads them: no second rounding); a model output is not clipped
+            and leaves room past its collected values (`core.calibration.outputs`).
+            ``SYMMETRIC``, ``POWER_OF_TWO`` or ``UNIFORM`` set here, by a target platform or
+            by a network editor rule is used for every activation it covers, as given, each
+            output on its own grid searched for the least error.
         weights_error_method: how weight thresholds are chosen (on the weights).
         activation_error_method: how activation thresholds are chosen (on the histogram).
         weights_per_channel: one threshold per output channel (else one per tensor).
