@@ -12,7 +12,7 @@ loaded by other work slows them alike) and the median of ``--repeats`` runs is k
   analysis: comparison, per-quantizer impacts, suggested fix; TensorBoard files written).
 
 The ratios to the float pass are what issue 30 sets its target on (the analysis call
-under 10 float passes). Each size then times one analysis call phase by phase (the functions of `PHASES` wrapped with timers:
+under 10 float passes). The last analysis call of each size is timed phase by phase (the functions of `PHASES` wrapped with timers:
 inclusive seconds, and the model runs each phase makes), and ``--profile N`` runs it once
 more under cProfile and prints the top ``N`` functions by cumulative time.
 
@@ -24,6 +24,7 @@ as the zoo case's calibration).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import os
 import pstats
@@ -182,15 +183,20 @@ def calls(model, batches: list[np.ndarray]) -> dict:
     return {"float": float_pass, "off": off, "analysis": analysis}
 
 
-def interleaved(fns: dict, repeats: int) -> dict[str, float]:
-    """Median seconds of each function, the functions taking turns."""
+def interleaved(fns: dict, repeats: int) -> tuple[dict[str, float], Phases]:
+    """Median seconds of each function, the functions taking turns; and the phases of the
+    last ``analysis`` call (timed with its phases: the wrappers cost microseconds)."""
     times: dict[str, list[float]] = {name: [] for name in fns}
+    phases = Phases()
     for _ in range(repeats):
         for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+            if name == "analysis":
+                phases = Phases()
+            with phases if name == "analysis" else contextlib.nullcontext():
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}, phases
 
 
 def load_average() -> str:
@@ -219,7 +225,7 @@ def main() -> None:
         fns["float"]()  # warm-up
         print(f"\n{lines} calibration lines, median of {args.repeats}; load {load_average()}")
         if args.repeats:
-            t = interleaved(fns, args.repeats)
+            t, timed = interleaved(fns, args.repeats)
             f = t["float"]
             print(f"  float pass over the data:      {f:7.2f} s")
             print(f"  PTQ, logging off:              {t['off']:7.2f} s  {t['off'] / f:6.1f}x the float pass")
@@ -227,18 +233,11 @@ def main() -> None:
                 f"  PTQ, default analysis (logs):  {t['analysis']:7.2f} s  {t['analysis'] / f:6.1f}x (target < 10x)"
             )
             print(f"  causes: {', '.join(fns['analysis'].causes) or 'none'}; load now {load_average()}")
-        start = time.perf_counter()
-        fns["float"]()
-        f = time.perf_counter() - start
-        with Phases() as timed:
-            start = time.perf_counter()
-            fns["analysis"]()
-            total = time.perf_counter() - start
-        print(
-            f"  phases of one analysis call: {total:.2f} s = {total / f:.1f}x a float pass of {f:.2f} s just before"
-        )
-        print(timed.table(f))
-        print("  (runs: model runs inside the phase and not inside a phase below it; samples: their samples)")
+            print("  phases of the last analysis call (x float: over the median float pass):")
+            print(timed.table(f))
+            print(
+                "  (runs: model runs inside the phase and not inside a phase below it; samples: their samples)"
+            )
         if args.profile:
             profile = cProfile.Profile()
             profile.runcall(fns["analysis"])
