@@ -30,8 +30,9 @@ goes through the menu, cheapest first, until a candidate restores::
 and suggests the cheapest that restores (no float layer first, then fewest bytes). When no
 candidate restores, it suggests the one that gives the most and says plainly, in
 ``fix.note``, that no fix tried restores and what each gave. YOLOv8n: every activation at
-16 bits leaves its scores, still on the concatenation's one grid with the boxes, at 21 dB
-(AP50 95-99 %); that concatenation float on top restores them.
+16 bits leaves its class scores, still on the head concatenation's one grid with the boxes,
+at 21 dB (AP50 98.9 %); that concatenation float too, still 21 dB (the 8-bit weights); with
+every weight at 16 bits as well, 62 dB and AP50 99.7 % (float: 100 %).
 
     q_model, info = mct.ptq.pytorch_post_training_quantization(model, data_gen)
     fix = info.similarity.suggested_fix()
