@@ -63,7 +63,10 @@ class ExportResult(dict):
             ``parity.layers``: per quantized layer, the runtime's tensor against the quantized
             model's (`LayerTable`), ``parity.first_departure``: the first layer more than one
             step off, with ``why`` when the numbers tell.
-        parity_ok: every output within one quantization step, or at a cosine of at least 0.999.
+        parity_ok: every output within one quantization step, or at a cosine of at least 0.999;
+            or, on a network whose own float32 rounding moves its outputs under 0.999 (the
+            floor), no layer departing on its own and every output within twice the floor's
+            distance (`ExportReport.parity_ok`).
         ops: op type -> count in the file, when the runtime lists them.
         runtime_ops: op type -> count in the graph the runtime runs after its own
             optimizations (onnxruntime: ``QLinearConv`` for each fused integer convolution).
