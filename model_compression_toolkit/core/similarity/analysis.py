@@ -89,22 +89,23 @@ class _PointAccumulator:
             counts, edges = float_histogram
             fine, used = AnchoredBins.of_edges(edges), np.flatnonzero(counts)
             lo, hi = (edges[used[0]], edges[used[-1] + 1]) if used.size else (0.0, 0.0)
-            self._set_bins(float(lo), float(hi), finest=fine.e)
-            self.hist_float = self.bins.sum_from(counts, fine)
+            self.hist_float = self._set_bins(float(lo), float(hi), finest=fine.e).sum_from(counts, fine)
         elif stats is not None:
             self._set_bins(stats.min, stats.max)
 
-    def _set_bins(self, lo: float, hi: float, finest: int | None = None) -> None:
+    def _set_bins(self, lo: float, hi: float, finest: int | None = None) -> AnchoredBins:
         if self.range is not None:
             lo, hi = min(lo, self.range[0]), max(hi, self.range[1])
-        self.bins = AnchoredBins.covering(lo, hi, finest)
-        self.hist_float = np.zeros(self.bins.count, np.int64)
-        self.hist_quant = np.zeros(self.bins.count, np.int64)
+        self.bins = bins = AnchoredBins.covering(lo, hi, finest)
+        self.hist_float = np.zeros(bins.count, np.int64)
+        self.hist_quant = np.zeros(bins.count, np.int64)
+        return bins
 
     def _counts(self, values: np.ndarray, finite: bool) -> np.ndarray:
         """Bin counts of one block's finite values (``finite``: the caller knows they all are)."""
         if not finite and not np.isfinite(values).all():
             values = values[np.isfinite(values)]
+        assert self.bins is not None  # set before the first block (`update`)
         return self.bins.counts(values)
 
     def _check(self, reference: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -135,7 +136,7 @@ class _PointAccumulator:
                 self.clipped += int(np.count_nonzero((r < lo - step / 2) | (r > hi + step / 2)))
         self.accumulated.append(sums.result())
         self.total += ref.size
-        if self.alone is not None:
+        if self.alone is not None and self.grid is not None:
             self.alone.add(reference, fake_quant(reference, self.grid))
 
     def update_local(self, reference: np.ndarray, local: np.ndarray) -> None:
@@ -187,10 +188,10 @@ class _PointAccumulator:
 
     def entry(self, layer_type: str) -> QuantizerEntry | None:
         """The activation quantizer of this point as a cause candidate (None without one)."""
-        if self.alone is None or self.alone.signal is None:
+        act = self.node.quant.activation
+        if self.alone is None or self.alone.signal is None or act is None:
             return None
         clipped = 100.0 * self.clipped / self.total if self.total else None
-        act = self.node.quant.activation
         return QuantizerEntry.of(
             self.point.name, ACTIVATION, layer_type, act.n_bits, self.alone.result(), clipped
         )
@@ -212,7 +213,7 @@ def _activation_threshold(node: Node) -> float | None:
         return None
     if act.threshold is not None:
         return float(act.threshold)
-    if act.range_max is not None:
+    if act.range_min is not None and act.range_max is not None:
         return float(max(abs(act.range_min), abs(act.range_max)))
     return None
 
@@ -223,11 +224,11 @@ class _Router:
 
     def __init__(self, accumulators: list[_PointAccumulator], local: bool) -> None:
         self.local = local
-        self.by_name = {
-            (acc.point.local if local else acc.point.name): acc
-            for acc in accumulators
-            if not local or acc.point.local is not None
-        }
+        self.by_name: dict[str, _PointAccumulator] = {}
+        for acc in accumulators:
+            name = acc.point.local if local else acc.point.name
+            if name is not None:  # a point without a local error is not in the local model
+                self.by_name[name] = acc
         self.float_outputs: Mapping[str, np.ndarray] = {}  # of the chunk being run
         self.record: set[str] = set()  # the points whose output of this chunk is kept (copied)
         self.recorded: dict[str, np.ndarray] = {}

@@ -94,7 +94,7 @@ class ChannelSums:
     def add(self, reference: np.ndarray, quantized: np.ndarray) -> None:
         """Add one chunk of samples (non-finite values count as zero)."""
         signal, noise, low, high = self._rows(reference, quantized)
-        if self.signal is None:
+        if self.signal is None or self.noise is None or self.low is None or self.high is None:
             self.signal, self.noise, self.low, self.high = signal, noise, low, high
         else:
             self.signal += signal
@@ -127,10 +127,9 @@ class ChannelSums:
         return signal, noise, low, high
 
     def result(self) -> ChannelMeasures:
-        if self.signal is None:
+        if self.signal is None or self.noise is None or self.low is None or self.high is None:
             return ChannelMeasures(SQNR_CEILING_DB, np.zeros(0), None, None)
         spread = range_spread(self.low, self.high)
         zero_rounded = self.zeroed / self.nonzero if self.nonzero else None
         whole = float(sqnr_db(np.array([self.signal.sum()]), np.array([self.noise.sum()]))[0])
         return ChannelMeasures(whole, sqnr_db(self.signal, self.noise), zero_rounded, spread)
-

@@ -63,9 +63,9 @@ class Cut:
             if name not in self.keep:
                 continue
             for e in variant.in_edges(name):
-                src = e.src if e.src in self.keep else placeholder.get(e.src)
-                if src is None:  # a constant: copied as it is
-                    src = e.src
+                found = e.src if e.src in self.keep else placeholder.get(e.src)
+                src = e.src if found is None else found  # none: a constant, copied as it is
+                if found is None:
                     if src not in out:
                         out.add_node(dataclasses.replace(variant.node(src)))
                 out.add_edge(src, name, e.src_index if e.src in self.keep or src == e.src else 0, e.dst_index)

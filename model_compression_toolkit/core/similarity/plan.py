@@ -57,7 +57,11 @@ def compare_points(float_graph: Graph, q_graph: Graph) -> list[ComparePoint]:
         quantized = node.quant.activation is not None  # its grid may not be chosen yet
         kept = node.quant.activation_float_reason == KEPT_FLOAT
         is_output = q_graph.is_output(node.name)
-        if (quantized or kept or is_output) and node.output_reference in float_graph and node.kind != OpKind.SHAPE:
+        if (
+            (quantized or kept or is_output)
+            and node.output_reference in float_graph
+            and node.kind != OpKind.SHAPE
+        ):
             points.append(ComparePoint(node.name, node.output_reference, position, is_output))
     return points
 
@@ -96,7 +100,7 @@ class LocalGraph:
     def inputs(self, data: list[np.ndarray], float_outputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """The local model's inputs for one chunk: its model inputs ``data`` and the float
         model's outputs on them."""
-        return [float_outputs[ref] if kind == "float" else data[ref] for kind, ref in self.feeds]
+        return [float_outputs[ref] if isinstance(ref, str) else data[ref] for _, ref in self.feeds]
 
 
 def local_graph(q_graph: Graph, points: list[ComparePoint]) -> LocalGraph:
@@ -113,7 +117,9 @@ def local_graph(q_graph: Graph, points: list[ComparePoint]) -> LocalGraph:
         group = local_group(q_graph, node)
         members = {n.name for n in group}
         inputs = [e for n in group for e in q_graph.in_edges(n.name) if e.src not in members]
-        if any(n.kind in _NO_LOCAL for n in group) or any(q_graph.node(e.src).kind == OpKind.SHAPE for e in inputs):
+        if any(n.kind in _NO_LOCAL for n in group) or any(
+            q_graph.node(e.src).kind == OpKind.SHAPE for e in inputs
+        ):
             continue
         for e in inputs:
             key = (e.src, e.src_index)
@@ -129,16 +135,18 @@ def local_graph(q_graph: Graph, points: list[ComparePoint]) -> LocalGraph:
                 feeds.append(("float", src.output_reference))
             placeholders[key] = name
         for member in reversed(group):  # producers first
-            clone = dataclasses.replace(member, name=member.name + LOCAL_SUFFIX, origin=[member.name + LOCAL_SUFFIX])
+            clone = dataclasses.replace(
+                member, name=member.name + LOCAL_SUFFIX, origin=[member.name + LOCAL_SUFFIX]
+            )
             local.add_node(clone)
             if member.kind == OpKind.INPUT:
                 local.inputs.append(clone.name)
                 feeds.append(("data", q_graph.inputs.index(member.name)))
         for member in group:
             for e in q_graph.in_edges(member.name):
-                src = e.src + LOCAL_SUFFIX if e.src in members else placeholders[(e.src, e.src_index)]
+                source = e.src + LOCAL_SUFFIX if e.src in members else placeholders[(e.src, e.src_index)]
                 src_index = e.src_index if e.src in members else 0
-                local.add_edge(src, member.name + LOCAL_SUFFIX, src_index, e.dst_index)
+                local.add_edge(source, member.name + LOCAL_SUFFIX, src_index, e.dst_index)
         local.outputs.append((node.name + LOCAL_SUFFIX, 0))
         point.local = node.name + LOCAL_SUFFIX
     if local.outputs:
@@ -161,8 +169,12 @@ def _placeholder(name: str, src: Node, index: int) -> Node:
 def float_names(points: list[ComparePoint], local: LocalGraph) -> list[str]:
     """The float-graph nodes whose outputs a comparison reads: every point's reference and
     every local group's float input, each once, in that order."""
-    return list(dict.fromkeys([p.reference for p in points] + [ref for kind, ref in local.feeds if kind == "float"]))
-
+    return list(
+        dict.fromkeys(
+            [p.reference for p in points]
+            + [ref for kind, ref in local.feeds if kind == "float" and isinstance(ref, str)]
+        )
+    )
 
 
 def chunk_size(per_sample_bytes: float, samples: int, memory_cap: int) -> int:
@@ -170,6 +182,7 @@ def chunk_size(per_sample_bytes: float, samples: int, memory_cap: int) -> int:
     if per_sample_bytes <= 0:
         return samples
     return int(max(1, min(samples, memory_cap // per_sample_bytes)))
+
 
 BYTES_PER_VALUE = 4
 
@@ -222,4 +235,3 @@ class Comparison:
         if reference:
             return chunk_size(self.other_bytes, samples, int(memory_cap - samples * self.float_bytes))
         return chunk_size(self.float_bytes + self.other_bytes, samples, memory_cap)
-
