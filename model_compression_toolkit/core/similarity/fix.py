@@ -32,7 +32,7 @@ candidate restores, it suggests the one that gives the most and says plainly, in
 ``fix.note``, that no fix tried restores and what each gave. YOLOv8n: every activation at
 16 bits leaves its class scores, still on the head concatenation's one grid with the boxes,
 at 21 dB (AP50 98.9 %); that concatenation float too, still 21 dB (the 8-bit weights); with
-every weight at 16 bits as well, 62 dB and AP50 99.7 % (float: 100 %).
+every weight at 16 bits as well, about 60 dB and AP50 99.7 % (float: 100 %).
 
     q_model, info = mct.ptq.pytorch_post_training_quantization(model, data_gen)
     fix = info.similarity.suggested_fix()
@@ -264,7 +264,7 @@ def _wider(
     `SPREAD_BITS` above theirs (a group per kind, fewest bits first); then the causes' fix
     together with every activation at 16 bits, with every weight at 16 bits, and with both
     (YOLOv8n: its head concatenation float and every activation at 16 bits leave the class
-    scores at 21 dB, the 8-bit weights' noise; with every weight at 16 bits too, 62 dB).
+    scores at 21 dB, the 8-bit weights' noise; with every weight at 16 bits too, about 60 dB).
     Each as the target allows, each described as a spread loss's fix."""
     graph, menu = search.graph, search.menu
     acts = [n.quant.activation for n in graph.nodes() if n.quant.activation is not None]
