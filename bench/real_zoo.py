@@ -114,13 +114,13 @@ def measure(name: str) -> dict:
         if report is None:
             row["errors"].append("no similarity report")
         else:
-            row["causes"] = [
-                f"{q.name} ({q.kind[0]}) {q.output_sqnr_db:.1f} dB" for q in report.causes()[:3]
-            ]
+            row["causes"] = [f"{q.name} ({q.kind[0]}) {q.output_sqnr_db:.1f} dB" for q in report.causes()[:3]]
             row["cause_count"] = len(report.causes())
             fix = report.suggested_fix()
         if fix:
-            row["fix"] = _describe(fix) + ("" if fix.restores else "; the report says no fix it tried restores")
+            row["fix"] = _describe(fix) + (
+                "" if fix.restores else "; the report says no fix it tried restores"
+            )
             try:
                 fixed, _ = ptq(model, lambda: iter(batches), core_config=fix.apply(mct.core.CoreConfig()))
                 row["fixed"] = case.evaluate(fixed)
@@ -128,7 +128,9 @@ def measure(name: str) -> dict:
                 row["errors"].append(_error("fix", e))
         try:
             if case.framework == "pytorch":
-                result = mct.exporter.pytorch_export_model(q_model, Path(folder) / "m.onnx", lambda: iter(batches))
+                result = mct.exporter.pytorch_export_model(
+                    q_model, Path(folder) / "m.onnx", lambda: iter(batches)
+                )
             else:
                 result = mct.exporter.keras_export_model(q_model, Path(folder) / "m.keras",
                                                          repr_dataset=lambda: iter(batches))  # fmt: skip
