@@ -35,21 +35,26 @@ def test_sequences_of_different_lengths_through_linear_layers_quantize_per_featu
     (what a transformer's MLP sees) quantize: the channels of a Linear's input and of the
     activations after it are the last axis, not the sequence. The quantized model is the one
     the same rows give as (rows, features) batches, bias correction included (it used to stop
-    with "expected 5 channels along axis 1", and skip bias correction on fixed lengths)."""
+    with "expected 5 channels along axis 1", and skip bias correction on fixed lengths). A named
+    activation method: the default grid of a model output leaves room for as many unseen
+    values as one sample gives, and a sample is a sequence here, a row there."""
     import torch
     from torch import nn
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 16), nn.GELU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3)).eval()
     batches = [RNG.standard_normal((2, n, 4)).astype(np.float32) for n in (5, 7, 3)]
-    q3, info3, _ = _ptq(model, lambda: [[b] for b in batches])
-    q2, info2, _ = _ptq(model, lambda: [[b.reshape(-1, 4)] for b in batches])
+    named = mct.core.CoreConfig(quantization_config=mct.core.QuantizationConfig(
+        activation_quantization_method=mct.core.QuantizationMethod.SYMMETRIC))  # fmt: skip
+    q3, info3, _ = _ptq(model, lambda: [[b] for b in batches], core_config=named)
+    q2, info2, _ = _ptq(model, lambda: [[b.reshape(-1, 4)] for b in batches], core_config=named)
     rows = np.concatenate([b.reshape(-1, 4) for b in batches])
     np.testing.assert_allclose(_forward(q3, rows), _forward(q2, rows), rtol=0, atol=1e-5)
     for name, layer in info2.layers.items():
         assert info3.layers[name].activation == layer.activation, name
     uncorrected = _ptq(model, lambda: [[b] for b in batches], core_config=mct.core.CoreConfig(
-        quantization_config=mct.core.QuantizationConfig(weights_bias_correction=False)))[0]  # fmt: skip
+        quantization_config=mct.core.QuantizationConfig(
+            weights_bias_correction=False, activation_quantization_method=mct.core.QuantizationMethod.SYMMETRIC)))[0]  # fmt: skip
     assert np.abs(_forward(q3, rows) - _forward(uncorrected, rows)).max() > 1e-4  # corrected
 
 

@@ -160,8 +160,8 @@ def suggest_fix(
         fix.integer_only, fix.target = menu.integer_only, menu.target
         return fix
     search = _Search(graph, probe, l_p_value, stats, menu)
-    if not causes and search.before >= CAUSE_DB:
-        return SuggestedFix(integer_only=menu.integer_only, target=menu.target)  # nothing to fix
+    if not causes and search.before >= CAUSE_DB:  # nothing to fix: the memory stays as it is
+        return _cost(graph, SuggestedFix(integer_only=menu.integer_only, target=menu.target), graph)
     tried: list[SuggestedFix] = []
     if causes and has_outlier_channels(entries):
         variant = equalized_variant(graph, probe, l_p_value)
@@ -183,9 +183,11 @@ def suggest_fix(
     useful = tried  # a spread setting that gains nothing is no fix (listed, never suggested)
     if not causes:
         useful = [f for f in tried if f.sqnr_after >= search.before + USEFUL_DB or f.restores]
-    best = choose(useful, menu) if useful else SuggestedFix(output_sqnr_db_before=search.before)
+    chosen = choose(useful, menu) if useful else _cost(graph, SuggestedFix(output_sqnr_db_before=search.before), graph)
+    # a copy: the candidates hold the chosen fix, never the fix that lists them (no cycle)
+    best = dataclasses.replace(chosen, candidates=[])
     best.integer_only, best.target = menu.integer_only, menu.target
-    best.alternatives = [alternative(f, f is best) for f in tried] + not_allowed(entries, graph, menu)
+    best.alternatives = [alternative(f, f is chosen) for f in tried] + not_allowed(entries, graph, menu)
     best.candidates = list(tried)
     if best.spread:
         measured = [f"{alternative(f, False).change}: {f.gives()}" for f in tried if f.spread]
