@@ -43,6 +43,7 @@ from model_compression_toolkit.core.resources import weights_target
 from model_compression_toolkit.core.selection import check_rules
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult, analyze
 from model_compression_toolkit.core.similarity.fix import FixMenu, SuggestedFix
+from model_compression_toolkit.core.similarity.fix_menu import FixMetric
 from model_compression_toolkit.core.similarity.plan import Comparison
 from model_compression_toolkit.core.similarity.reference import FloatModel, FloatReference, has_batch_axis
 from model_compression_toolkit.errors import InputMismatchError, warn_user
@@ -146,6 +147,9 @@ class Session:
             # Samples whose float outputs the statistics pass keeps for later comparisons, on
             # top of what a staged call compares itself (the tuning loop compares every trial).
             self.reference_samples = 0
+            # The user's task metric (a tuned call's ``evaluate``): the fix search judges its
+            # candidates by it too, so the suggestion is the cheapest that gives the task back.
+            self.fix_metric: FixMetric | None = None
             if self.edits:  # a rule that selects nothing fails now, before anything is written
                 self.prepare()
             if target is not None:  # an impossible budget fails now, before anything is written
@@ -346,7 +350,8 @@ class Session:
         return analyze(
             self.float_model, graph, debug.similarity_samples, debug.similarity_memory_cap,
             self.statistics(graph), weights, q_model, debug.impact_samples, debug.max_impact_quantizers,
-            self.config.quantization_config.l_p_value, self.progress, FixMenu.of(self.config),
+            self.config.quantization_config.l_p_value, self.progress,
+            dataclasses.replace(FixMenu.of(self.config), metric=self.fix_metric),
         )  # fmt: skip
 
     def quantize(

@@ -19,6 +19,7 @@ from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.numbers import format_bytes
 from model_compression_toolkit.core.resolution import keep_float_notes, resolve_config
 from model_compression_toolkit.core.similarity.analysis import SimilarityResult
+from model_compression_toolkit.core.similarity.fix_menu import FixMetric
 from model_compression_toolkit.errors import ConfigurationError, ModelReadError
 from model_compression_toolkit.observers.call import CallLog, observe_call
 from model_compression_toolkit.observers.call_name import call_label
@@ -183,6 +184,7 @@ def _tune(
             "a relative max_drop is a fraction of the float model's score, which is 0; "
             "use an absolute max_drop (relative=False)"
         )
+    session.fix_metric = FixMetric(evaluate, baseline, tuning.max_drop, tuning.relative)
     with observe_call(session.model_name, root, label) as call:
         note_keep_float(session, config)
         first, _ = quantize_in_stages(session, call.observer)

@@ -57,12 +57,21 @@ def test_tuning_keeps_the_damaged_layer_float_and_logs_every_trial(fw, trained_d
     tuning = info.tuning
     best = tuning.best
     assert tuning.target_met and 2 <= len(tuning.trials) <= 3, tuning.summary()
-    assert tuning.trials[1].added == [f"{culprit} (weights)"], tuning.summary()  # the report's cause
-    assert culprit in best.kept_weights and culprit not in best.kept_activations, tuning.summary()
     assert tuning.trials[0].drop > 4.0 and best.drop <= 4.0
     assert evaluate(q_model) == pytest.approx(best.score)
-    assert info.layers[culprit].weights_float_reason == KEPT_FLOAT and info.layers[culprit].weights == {}
-    assert not info.similarity.causes()
+    # trial 2 is the report's fix judged by evaluate: the cheapest that gives the score back.
+    # Equalizing the culprit's channels keeps nothing float; where that does not restore the
+    # score, the culprit's weights are kept float (the report's cause), never anything else.
+    second = tuning.trials[1]
+    assert not second.kept_activations and set(second.kept_weights) <= {culprit}, tuning.summary()
+    if second.kept_weights:
+        assert second.added == [f"{culprit} (weights)"], tuning.summary()
+        assert culprit in best.kept_weights and culprit not in best.kept_activations, tuning.summary()
+        assert info.layers[culprit].weights_float_reason == KEPT_FLOAT and info.layers[culprit].weights == {}
+        assert not info.similarity.causes()
+    else:
+        assert second.equalized and any(culprit in pair.split(" -> ") for pair in second.equalized), tuning.summary()
+        assert not best.kept_float and info.layers[culprit].weights, tuning.summary()
     json.dumps(info.to_dict(), allow_nan=False)
 
     (run,) = run_folders(tmp_path)
@@ -111,7 +120,8 @@ def test_relative_drop_without_log_folder(fw, trained_digits, tmp_path):
     config = mct.core.TuningConfig(max_drop=0.06, relative=True, max_trials=3)
     q_model, info = tuned_ptq(fw)(bad, gen, evaluate, config, PER_TENSOR)
     tuning = info.tuning
-    assert tuning.relative and tuning.target_met and culprit in tuning.best.kept_weights
+    assert tuning.relative and tuning.target_met and not tuning.best.kept_activations, tuning.summary()
+    assert tuning.best.kept_weights or tuning.best.equalized, tuning.summary()  # the culprit's fix
     assert tuning.best.drop == pytest.approx(
         (tuning.baseline_score - tuning.best.score) / tuning.baseline_score
     )
