@@ -149,8 +149,8 @@ def has_outlier_channels(entries: Sequence[QuantizerEntry]) -> bool:
 
 
 def pair_text(pair: EqualizationPair) -> str:
-    """``conv2 -> act2 -> pool -> conv3``."""
-    return " -> ".join((pair.producer, *pair.between, pair.consumer))
+    """``conv2 -> act2 -> pool -> conv3`` (an add's other producers named too)."""
+    return pair.text()
 
 
 def probe_statistics(
@@ -182,7 +182,7 @@ def equalized_variant(
     if not done:
         return None
     for pair in done:
-        for name in (pair.producer, pair.consumer):
+        for name in pair.changed_weights:  # an add's other producers, a join's other consumers too
             node = out.node(name)
             for wname, wcfg in node.quant.weights.items():
                 if wcfg.grid is not None:
