@@ -1,7 +1,8 @@
-"""Node filters, named as in MCT's network editor: which layers a rule applies to::
+r"""Node filters, named as in MCT's network editor: which layers a rule applies to::
 
     NodeNameFilter("features.3")           the layer of that name
     NodeNameScopeFilter("layer2")          layers whose name contains that text
+    NodeNameRegexFilter(r"layer4\..*")     layers whose whole name the pattern matches
     NodeTypeFilter(torch.nn.Conv2d)        layers of that type (a class, a function such as
                                            torch.add, or a type name such as "Conv2D")
     a & b, a | b, a.logic_not()            combined
@@ -13,6 +14,8 @@ node, ``features_3`` for the module ``features.3``; both spellings match.
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +31,11 @@ def node_names(node: Node) -> list[str]:
     """Every name the node answers to: its own, its origins', and their fx spellings."""
     names = list(dict.fromkeys([node.name, *node.origin]))
     return list(dict.fromkeys(names + [n.replace(".", "_") for n in names]))
+
+
+def closest_names(word: str, names: list[str]) -> list[str]:
+    """Up to five of ``names`` closest to ``word``, closest first (for "no such layer" errors)."""
+    return difflib.get_close_matches(word, names, n=5, cutoff=0.3)
 
 
 def type_name(t: Any) -> str:
@@ -90,6 +98,19 @@ class NodeNameScopeFilter(NodeFilter):
 
     def describe(self) -> str:
         return f"NodeNameScopeFilter({self.node_name_scope!r})"
+
+
+@dataclass(frozen=True)
+class NodeNameRegexFilter(NodeFilter):
+    """Selects the layers one of whose names ``pattern`` matches whole (`re.fullmatch`)."""
+
+    pattern: str
+
+    def apply(self, node: Node) -> bool:
+        return any(re.fullmatch(self.pattern, n) for n in node_names(node))
+
+    def describe(self) -> str:
+        return f"NodeNameRegexFilter({self.pattern!r})"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ the node itself, or the activation it is fused with (``conv -> relu``: the relu)
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from model_compression_toolkit.core.config import (
     QuantizationMethod,
 )
 from model_compression_toolkit.core.graph import WEIGHTED, Graph, Node
-from model_compression_toolkit.core.node_filters import NodeFilter, node_names
+from model_compression_toolkit.core.node_filters import NodeFilter, closest_names, node_names
 from model_compression_toolkit.core.preparation import (
     default_activation,
     output_float_reason,
@@ -247,7 +246,7 @@ def _activation_carrier(graph: Graph, node: Node, changes: Mapping[str, Any]) ->
 def _closest(graph: Graph, select: NodeFilter) -> str:
     names = list(dict.fromkeys(n for node in graph.nodes() for n in node_names(node)))
     words = [getattr(select, a) for a in ("node_name", "node_name_scope") if hasattr(select, a)]
-    close = difflib.get_close_matches(str(words[0]), names, n=5, cutoff=0.3) if words else []
+    close = closest_names(str(words[0]), names) if words else []
     if close:
         return "closest layer names: " + ", ".join(repr(c) for c in close)
     types = sorted({node.layer_type for node in graph.nodes()})
