@@ -23,6 +23,7 @@ from model_compression_toolkit.core.config import QuantizationMethod
 from model_compression_toolkit.core.node_filters import (
     NodeFilter,
     NodeNameFilter,
+    NodeNameRegexFilter,
     NodeNameScopeFilter,
     NodeTypeFilter,
 )
@@ -183,6 +184,7 @@ __all__ = [
     "ChangeQuantizationParamFunction",
     "EditRule",
     "NodeNameFilter",
+    "NodeNameRegexFilter",
     "NodeNameScopeFilter",
     "NodeTypeFilter",
     "ReplaceLayer",

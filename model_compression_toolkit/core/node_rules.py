@@ -104,7 +104,7 @@ class NodeRule:
         if not isinstance(self.select, NodeFilter):
             raise ConfigurationError(
                 f"{self.source}: the filter must be a mct.core.network_editor node filter (NodeNameFilter, "
-                f"NodeTypeFilter, NodeNameScopeFilter); got {type(self.select).__name__}"
+                f"NodeTypeFilter, NodeNameScopeFilter, NodeNameRegexFilter); got {type(self.select).__name__}"
             )
         check_fields(self.activation, ACTIVATION_FIELDS, self.source)
         check_fields(self.weights, WEIGHTS_FIELDS, self.source)
