@@ -51,8 +51,13 @@ class ComparedProbe(ImpactProbe):
         """As `ImpactProbe.impact`; the quantized graph itself (the very object this probe
         was made with) is measured on the outputs the comparison kept."""
         if variant is self.graph and at is None and self.quantized_outputs is not None:
-            self.runs_saved += 1
-            return measure(self.parts, self.reference, self.quantized_outputs)
+            if _same_shapes(self.reference, self.quantized_outputs):
+                self.runs_saved += 1
+                return measure(self.parts, self.reference, self.quantized_outputs)
+            # a model that mixes the samples of a batch (an ONNX file's fixed batch of 1 in a
+            # reshape: (2, n, c) in, (1, 2n, c) out) gives on a joined chunk no concatenation of
+            # what it gave on the pieces: the quantized graph runs like any other variant
+            self.quantized_outputs = None
         return super().impact(variant, at)
 
 
@@ -88,3 +93,10 @@ def joined(
 def _per_sample(parts: list[list[np.ndarray]], sizes: list[int]) -> bool:
     """Whether every array of each part runs over that part's samples (axis 0)."""
     return all(np.ndim(a) > 0 and len(a) == size for size, arrays in zip(sizes, parts) for a in arrays)
+
+
+def _same_shapes(reference: list[list[np.ndarray]], outputs: list[list[np.ndarray]]) -> bool:
+    """Whether each chunk's kept outputs have the float reference's shapes."""
+    return len(reference) == len(outputs) and all(
+        len(r) == len(o) and all(np.shape(a) == np.shape(b) for a, b in zip(r, o)) for r, o in zip(reference, outputs)
+    )
