@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
-from model_compression_toolkit.core.similarity.parts import sqnr_db
+from model_compression_toolkit.core.graph import Graph, Node, OpKind
+from model_compression_toolkit.core.similarity.parts import is_probability, sqnr_db
 
 ANALYZE = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=True))
 BOXES, CLASSES, FEATURES = 4, 6, 16
@@ -226,3 +227,20 @@ def test_a_quantizer_run_from_its_layer_on_gives_the_impact_of_the_whole_model(f
         whole, cut = probe.impact(variant), probe.impact(variant, at=entry.name)
         assert abs(whole.sqnr_db - cut.sqnr_db) < 0.05, (entry.name, entry.kind, whole, cut)
         assert whole.part == cut.part
+
+
+@pytest.mark.parametrize("between", [OpKind.RESHAPE, OpKind.IDENTITY])
+def test_scores_laid_out_by_a_reshape_or_transpose_still_hold_probabilities(between):
+    """A detector's scores reach its output as (batch, anchors, classes) through a reshape or
+    a transpose (PicoDet's ONNX file): they are still the sigmoid's probabilities, judged on
+    the values a decision reads; a reshape of logits is not."""
+
+    for function, expected in (("sigmoid", True), ("relu", False)):
+        g = Graph("scores", "pytorch")
+        g.add_node(Node("x", OpKind.INPUT, "Input"))
+        g.add_node(Node("act", OpKind.ACTIVATION, function, attrs={"function": function}))
+        g.add_node(Node("layout", between, "permute"))
+        g.add_edge("x", "act")
+        g.add_edge("act", "layout")
+        g.outputs = [("layout", 0)]
+        assert is_probability(g, "layout") is expected, (function, between)

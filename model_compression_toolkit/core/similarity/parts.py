@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model_compression_toolkit.core.graph import Graph, Node, OpKind
+from model_compression_toolkit.core.graph import VALUE_PRESERVING, Graph, Node, OpKind
 from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB, compare
 
 # ops whose output has the same layout as their only tensor input
@@ -118,10 +118,10 @@ def output_parts(graph: Graph) -> list[OutputPart]:
 
 def is_probability(graph: Graph, name: str) -> bool:
     """Whether node ``name``'s output holds probabilities: a sigmoid, a hard sigmoid or a
-    softmax makes it, through ops that keep values in [0, 1] as they are (identity,
-    dropout, a quantizer)."""
+    softmax makes it, through ops that keep values as they are (identity, dropout, a
+    reshape or transpose: a detector's scores laid out as (batch, anchors, classes), a pad)."""
     node = graph.node(name)
-    while node.kind in (OpKind.IDENTITY, OpKind.DROPOUT) and len(graph.in_edges(node.name)) == 1:
+    while node.kind in VALUE_PRESERVING and len(graph.in_edges(node.name)) == 1:
         node = graph.node(graph.in_edges(node.name)[0].src)
     if node.kind == OpKind.SOFTMAX:
         return True
