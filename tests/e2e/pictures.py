@@ -69,13 +69,19 @@ def ink(image) -> np.ndarray:
     return (a < DARK).all(axis=2)
 
 
+def _longest_run(column: np.ndarray) -> int:
+    """The longest run of dark pixels in a column."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], column.astype(np.int8), [0]))))
+    return int((edges[1::2] - edges[::2]).max()) if len(edges) else 0
+
+
 def plot_frame(image) -> Frame:
     """The axes frame: the columns with the most dark pixels (the left and right spines, which
     what is drawn over the plot may interrupt), and the rows dark from one to the other (the
     top and bottom spines). A line drawn between two pixel columns is grey in both, so the
     threshold is lighter than ink's."""
     dark = (np.asarray(image.convert("RGB"), dtype=np.int16) < SPINE).all(axis=2)
-    counts = dark.sum(axis=0)
+    counts = np.array([_longest_run(column) for column in dark.T])  # a column of dots is no spine
     spines = np.flatnonzero(counts >= 0.6 * counts.max())
     left, right = int(spines.min()), int(spines.max())
     across = np.flatnonzero(dark[:, left : right + 1].sum(axis=1) >= 0.9 * (right - left + 1))
