@@ -42,6 +42,7 @@ from model_compression_toolkit.observers.cosine_plots import (
 )
 from model_compression_toolkit.observers.event_file import RunWriter
 from model_compression_toolkit.observers.protos import histogram_proto
+from model_compression_toolkit.observers.tables import plain
 
 METRICS = {"cosine": ("cosine_mean", "local_cosine_mean"), "sqnr_db": ("sqnr_db", "local_sqnr_db"),
            "mse": ("mse", "local_mse")}  # fmt: skip
@@ -220,7 +221,7 @@ def causes_markdown(report: SimilarityReport) -> str:
             for q in lands
         ]
     if fix.spread:
-        head += ["", "The loss is spread: " + fix.spread]
+        head += ["", "The loss is spread: " + plain(fix.spread)]
     if fix:
         head += [
             "",
@@ -230,10 +231,10 @@ def causes_markdown(report: SimilarityReport) -> str:
             fix.code(),
             "```",
             "",
-            "It " + "; ".join(fix.effects()) + ".",
+            "It " + plain("; ".join(fix.effects())) + ".",
         ]
     elif fix.note:  # causes, and nothing the target allows restores: said, not hidden
-        head += ["", fix.note]
+        head += ["", plain(fix.note)]  # it names layers
     note = (
         "*SQNR alone*: the model output's SQNR with this quantizer alone quantized. The channels' "
         "median, range spread and lost inputs are in the node's panel (Graphs) and in similarity_report.json."
