@@ -18,7 +18,9 @@ makes (`core.similarity.parts`): box coordinates in pixels beside class scores i
 hide, over the whole tensor, scores rounded to two values. A part that holds probabilities
 (a sigmoid's or a softmax's) is judged on the values a decision reads (0.05 and more):
 a text detector's probability map whose background moves by a few thousandths keeps every
-decision, and is no cause.
+decision, and is no cause; a softmax's, read by rank, on the rows whose top class changes:
+a text recognizer whose CTC argmax stays at every step (or moves by one) is no cause.
+A cause is judged against one bar for every part: the part with the lowest SQNR counts.
 
 Entries are ranked by it; an entry whose output SQNR alone is under `CAUSE_DB` is a cause,
 and so is a layer's weights that lose an input channel (its weights keep less than 15 dB
@@ -90,6 +92,8 @@ class QuantizerEntry:
         output_part_distinct: how many distinct values that part keeps.
         output_probability: whether that part (or the output) holds probabilities, judged on
             the values a decision reads (`core.similarity.parts.DECISION_LEVEL` and more).
+        output_ranked: whether those probabilities are a softmax's, read by rank: judged on
+            the rows whose top class changed (`core.similarity.parts.rank_sqnr_db`).
         cause: whether it damages the output on its own (``output_sqnr_db < CAUSE_DB``).
         rank: 1 for the entry that damages the output most.
     """
@@ -112,6 +116,7 @@ class QuantizerEntry:
     output_part: str | None = None
     output_part_distinct: int | None = None
     output_probability: bool = False
+    output_ranked: bool = False
     cause: bool = False
     rank: int = 0
 
@@ -132,10 +137,12 @@ class QuantizerEntry:
         )
 
     def set_impact(self, impact: OutputImpact) -> None:
-        """Record what this quantizer alone does to the outputs."""
+        """Record what this quantizer alone does to the outputs: the part with the lowest
+        SQNR, judged against `CAUSE_DB` like every part (`OutputImpact.cause_view`)."""
+        impact = impact.cause_view()
         self.output_sqnr_db, self.output_whole_db = impact.sqnr_db, impact.whole_db
         self.output_part, self.output_part_distinct = impact.part, impact.distinct_values
-        self.output_probability = impact.probability
+        self.output_probability, self.output_ranked = impact.probability, impact.ranked
 
     def evidence(self) -> str:
         """What it does, in words: where its harm lands and why."""
@@ -145,6 +152,8 @@ class QuantizerEntry:
         read = (
             f" on the probabilities >= {DECISION_LEVEL:g} a decision reads" if self.output_probability else ""
         )
+        if self.output_ranked:
+            read = f" on the probabilities >= {DECISION_LEVEL:g} of the rows whose top class changes"
         if self.output_part is not None and self.output_sqnr_db is not None:
             distinct = (
                 "" if self.output_part_distinct is None else f", {self.output_part_distinct} distinct values"
@@ -341,7 +350,8 @@ class ImpactProbe:
         return measure(self.parts, self.reference, outputs)
 
     def output_sqnr_db(self, variant: Graph, at: str | None = None) -> float:
-        """The variant's output SQNR (dB): the worst output or part of an output."""
+        """The variant's output SQNR (dB): the output or part of an output furthest under
+        its own bar (`parts.OutputImpact`)."""
         return self.impact(variant, at).sqnr_db
 
     def _outputs(self, model: object) -> list[list[np.ndarray]]:

@@ -222,8 +222,9 @@ def judge(
     metric_before: float | None,
 ) -> SuggestedFix:
     """``fix`` with what its ``variant`` (the quantized graph as the fix leaves it) gives:
-    the output SQNR where the harm lands (the worst output part, as the causes are
-    measured), and the user's metric on the variant's model where the menu has one."""
+    the output SQNR where the harm lands (the part furthest under its own bar, so that the
+    fix restores only when every part is at its bar), and the user's metric on the
+    variant's model where the menu has one."""
     impact = probe.impact(variant)
     fix.output_sqnr_db_before, fix.output_sqnr_db_after = before, impact.sqnr_db
     fix.output_probability = impact.probability
@@ -237,7 +238,8 @@ def judge(
 def choose(tried: Sequence[SuggestedFix], menu: FixMenu) -> SuggestedFix:
     """The cheapest fix that restores (no float layer first, then fewest bytes); without
     ``menu.prefer_equalization`` the per-layer fix stays when it restores; when none does,
-    the one that gives the most (the metric where measured, then the output SQNR)."""
+    the one that gives the most (the metric where measured, then the output's margin over
+    its bar: a box part at 18 dB is nearer its 20 dB than class scores at 25 dB are their 30)."""
     restoring = [f for f in tried if f.restores]
     if restoring and not menu.prefer_equalization:
         layer = [f for f in restoring if not f.equalize]
@@ -250,7 +252,7 @@ def choose(tried: Sequence[SuggestedFix], menu: FixMenu) -> SuggestedFix:
                 f.weights_bytes_after + f.activation_bytes_after,
             ),
         )
-    return max(tried, key=lambda f: (-math.inf if f.metric_after is None else f.metric_after, f.sqnr_after))
+    return max(tried, key=lambda f: (-math.inf if f.metric_after is None else f.metric_after, f.margin_after))
 
 
 def alternative(fix: SuggestedFix, chosen: bool) -> FixAlternative:

@@ -36,13 +36,37 @@ two keeps every decision a user reads off it; one that vanishes does not::
 
     float      0 0 1 1 1 1 0 0        quantized  0 0 0 1 1 1 0 0   (the border moved: no noise)
                                       quantized  0 0 0 0 0 0 0 0   (the region gone: noise)
+
+A softmax's part is a distribution over classes, read by *rank*: a classifier's argmax, a
+CTC decoder's argmax at each time step. It is harmed when its decisions change, not when
+its probabilities move and every argmax stays: its noise is counted on the rows (the
+positions along every axis but the classes) whose top class changed, over their values a
+decision reads; a row whose top class stays is no noise (`rank_sqnr_db`). Along a sequence
+a decision may move by `SEQUENCE_TOLERANCE` step (a CTC alignment: a character's frame one
+step later decodes the same text), along a map by the spatial tolerance; one that
+vanishes or changes class does not::
+
+    float argmax      94 0 0 631 0 0        quantized  94 0 0 0 631 0   (moved a step: kept)
+                                            quantized  94 0 0 0 0   0   (631 gone: changed)
+
+PP-OCRv4's recognizer at 8 bits keeps every text line: one quantizer alone leaves its CTC
+softmax at 17.8 dB on the probabilities >= 0.05, its argmax moved a step at 3 of 320 steps
+and changed at none.
+
+Each part is judged against its own bar (`restore_bar_db`): `RESTORE_DB` for values read
+as they are (box coordinates, logits), `DECISION_RESTORE_DB` for probabilities a decision
+reads, which lose detections just over the cause bound (YOLOv8n's class scores at 21 dB).
+The part that counts (`OutputImpact`) is the one furthest under its own bar: PicoDet's box
+distributions at 23 dB pass theirs while its class scores under 30 dB do not, and a fix
+restores only when every part is at its bar. A cause is judged against one bar for every
+part (`causes.CAUSE_DB`): `OutputImpact.cause_view` is the part with the lowest SQNR.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -57,6 +81,22 @@ PROBABILITY_FUNCTIONS = frozenset({"sigmoid", "hardsigmoid", "hard_sigmoid"})
 DECISION_LEVEL = 0.05
 # a dense map's spatial tolerance, as a share of its diagonal (BSDS's boundary benchmark)
 SPATIAL_TOLERANCE = 0.0075
+# a sequence of decisions (a CTC decoder's time steps): a decision may move this many steps
+SEQUENCE_TOLERANCE = 1
+# the part SQNR (dB) with which a fix gives the task back: values read as they are (box
+# coordinates, logits: the digits CNN's outlier channel equalized, 27.7 dB, keeps accuracy
+# within a point) keep the cause bound; probabilities a decision reads need more (YOLOv8n's
+# class scores at 21 dB, every activation at 16 bits, leave AP50 a point or more under float)
+RESTORE_DB = 20.0
+DECISION_RESTORE_DB = 30.0
+# the float values of a softmax row sum to one within this: the axis a decision ranks
+_SUMS_TO_ONE = 1e-3
+
+
+def restore_bar_db(probability: bool) -> float:
+    """The SQNR (dB) a part needs to give its task back: `DECISION_RESTORE_DB` for
+    probabilities a decision reads, else `RESTORE_DB`."""
+    return DECISION_RESTORE_DB if probability else RESTORE_DB
 
 
 @dataclass(frozen=True)
@@ -74,6 +114,7 @@ class OutputPart:
             output), judged on the values a decision reads (see the module doc).
         spatial: a probability map's two spatial axes (batch axis 0 included), compared
             with `SPATIAL_TOLERANCE`; empty: no spatial tolerance.
+        ranked: whether the probabilities are a softmax's, read by rank (`rank_sqnr_db`).
     """
 
     output: int
@@ -85,6 +126,7 @@ class OutputPart:
     channels: bool = False  # ``axis`` is the output's channel axis
     probability: bool = False
     spatial: tuple[int, ...] = ()
+    ranked: bool = False
 
     @property
     def label(self) -> str:
@@ -108,9 +150,12 @@ class OutputPart:
 def output_parts(graph: Graph) -> list[OutputPart]:
     """Every output whole, then the parts of each output a concatenation makes."""
     parts = [
-        OutputPart(i, name, probability=is_probability(graph, name), spatial=_spatial_axes(graph.node(name)))
+        OutputPart(
+            i, name, probability=is_probability(graph, name), spatial=_spatial_axes(graph.node(name)),
+            ranked=is_ranked(graph, name),
+        )
         for i, (name, _) in enumerate(graph.outputs)
-    ]
+    ]  # fmt: skip
     for i, (name, _) in enumerate(graph.outputs):
         parts += _concat_parts(graph, i, name)
     return parts
@@ -120,15 +165,27 @@ def is_probability(graph: Graph, name: str) -> bool:
     """Whether node ``name``'s output holds probabilities: a sigmoid, a hard sigmoid or a
     softmax makes it, through ops that keep values as they are (identity, dropout, a
     reshape or transpose: a detector's scores laid out as (batch, anchors, classes), a pad)."""
+    return _probability_function(graph, name) is not None
+
+
+def is_ranked(graph: Graph, name: str) -> bool:
+    """Whether node ``name``'s output holds a softmax's probabilities (read by rank)."""
+    return _probability_function(graph, name) == "softmax"
+
+
+def _probability_function(graph: Graph, name: str) -> str | None:
+    """``"softmax"``, the sigmoid's name, or None: what makes node ``name``'s probabilities."""
     node = graph.node(name)
     while node.kind in VALUE_PRESERVING and len(graph.in_edges(node.name)) == 1:
         node = graph.node(graph.in_edges(node.name)[0].src)
     if node.kind == OpKind.SOFTMAX:
-        return True
+        return "softmax"
     function = str(node.attrs.get("function") or node.fused_activation or "").lower()
-    if node.kind == OpKind.ACTIVATION or node.fused_activation:
-        return function in PROBABILITY_FUNCTIONS or function == "softmax"
-    return False
+    if (node.kind == OpKind.ACTIVATION or node.fused_activation) and (
+        function in PROBABILITY_FUNCTIONS or function == "softmax"
+    ):
+        return function
+    return None
 
 
 def _spatial_axes(node: Node) -> tuple[int, ...]:
@@ -158,8 +215,11 @@ def _concat_parts(graph: Graph, index: int, name: str) -> list[OutputPart]:
         size = shape[axis]
         probability = is_probability(graph, edge.src)
         spatial = _spatial_axes(node) if probability else ()
+        ranked = is_ranked(graph, edge.src)
         parts.append(
-            OutputPart(index, name, axis, start, start + size, edge.src, channels, probability, spatial)
+            OutputPart(
+                index, name, axis, start, start + size, edge.src, channels, probability, spatial, ranked
+            )
         )
         start += size
     return parts if len(parts) > 1 else []
@@ -182,20 +242,41 @@ def _concat_axis(node: Node) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class PartImpact:
+    """One output part measured: its label (None: the one output whole), its SQNR (dB) and
+    whether it holds probabilities a decision reads (its bar: `restore_bar_db`)."""
+
+    label: str | None
+    sqnr_db: float
+    probability: bool = False
+
+    @property
+    def margin_db(self) -> float:
+        """How far (dB) the part is over its own bar (negative: under it)."""
+        return self.sqnr_db - restore_bar_db(self.probability)
+
+
 @dataclass
 class OutputImpact:
     """A model's outputs measured against the float outputs, whole and part by part.
 
+    The fields describe the part furthest under its own bar (`restore_bar_db`; the lowest
+    margin, see the module doc): what a fix is judged by.
+
     Attributes:
-        sqnr_db: the worst of the parts' SQNRs (dB), each output whole included, a
-            probability part on the values a decision reads: what ranks a quantizer.
+        sqnr_db: that part's SQNR (dB), a probability part on the values a decision reads.
         whole_db: the SQNR over every output whole (dB), every value counted.
-        part: the label of the worst part, when it is a part of an output or one of
-            several outputs (None: the one output whole).
+        part: the label of that part, when it is a part of an output or one of several
+            outputs (None: the one output whole).
         part_db: that part's SQNR (dB).
-        distinct_values: how many distinct values the worst part holds (on the samples measured).
-        probability: whether the worst part holds probabilities, judged on the values at or
-            above `DECISION_LEVEL` (see the module doc).
+        distinct_values: how many distinct values that part holds (on the samples measured).
+        probability: whether that part holds probabilities, judged on the values at or
+            above `DECISION_LEVEL` (see the module doc), against `DECISION_RESTORE_DB`.
+        ranked: whether those probabilities are read by rank (a softmax's: `rank_sqnr_db`).
+        parts: every part measured, in the order of the parts given.
+        lowest: the part with the lowest SQNR where it is another part (what a cause is
+            judged by, one bar for every part); None: this one (`cause_view`).
     """
 
     sqnr_db: float
@@ -204,6 +285,25 @@ class OutputImpact:
     part_db: float | None = None
     distinct_values: int | None = None
     probability: bool = False
+    ranked: bool = False
+    parts: tuple[PartImpact, ...] = ()
+    lowest: OutputImpact | None = field(default=None, repr=False)
+
+    @property
+    def margin_db(self) -> float:
+        """How far (dB) the worst part is over its own bar: every part is at its bar when
+        it is 0 or more (negative: the worst part is that far under its bar)."""
+        return self.sqnr_db - restore_bar_db(self.probability)
+
+    @property
+    def restored(self) -> bool:
+        """Whether every part is at its own bar."""
+        return self.margin_db >= 0
+
+    def cause_view(self) -> OutputImpact:
+        """The part with the lowest SQNR (this impact where it is the same part): a cause is
+        judged against one bar for every part (`causes.CAUSE_DB`)."""
+        return self.lowest if self.lowest is not None else self
 
 
 def sqnr_db(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> float:
@@ -276,16 +376,118 @@ def measure(
 ) -> OutputImpact:
     """``outputs`` against ``reference`` (each a list over chunks of a list over outputs):
     over every output together, each output alone and each part, a probability part on
-    the values a decision reads (`decision_sqnr_db`); the worst output or part counts."""
+    the values a decision reads (`decision_sqnr_db`; a softmax's on the decisions it changes,
+    `rank_sqnr_db`). The output or part furthest under its own bar counts (`OutputImpact`);
+    the one with the lowest SQNR is kept too (`OutputImpact.cause_view`)."""
     whole = sqnr_db([r for chunk in reference for r in chunk], [o for chunk in outputs for o in chunk])
-    impact: OutputImpact | None = None
     several = len({part.output for part in parts}) > 1
+    measured: list[tuple[OutputPart, PartImpact, list[np.ndarray]]] = []
     for part in parts:
         ref = [part.of(chunk[part.output]) for chunk in reference]
         out = [part.of(chunk[part.output]) for chunk in outputs]
-        db = decision_sqnr_db(ref, out, part.spatial) if part.probability else sqnr_db(ref, out)
-        if impact is None or db < impact.sqnr_db:
-            label = part.label if part.axis is not None or several else None
-            distinct = None if label is None else len(np.unique(np.concatenate([o.ravel() for o in out])))
-            impact = OutputImpact(db, whole, label, db if label else None, distinct, part.probability)
-    return impact if impact is not None else OutputImpact(whole, whole)
+        label = part.label if part.axis is not None or several else None
+        measured.append((part, PartImpact(label, part_db(part, ref, out), part.probability), out))
+    if not measured:
+        return OutputImpact(whole, whole)
+    # the first of equals counts (an output whole before its parts)
+    worst = min(measured, key=lambda m: (m[1].margin_db, m[1].sqnr_db))
+    lowest = min(measured, key=lambda m: m[1].sqnr_db)
+    every = tuple(m[1] for m in measured)
+    impact = _impact(worst, whole, every)
+    if lowest[0] is not worst[0] and lowest[1].sqnr_db < worst[1].sqnr_db:
+        impact.lowest = _impact(lowest, whole, every)
+    return impact
+
+
+def part_db(part: OutputPart, reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> float:
+    """One part's SQNR (dB): a softmax's on the decisions it changes, a probability part's on
+    the values a decision reads, any other's over every value."""
+    if part.ranked:
+        ranked = rank_sqnr_db(reference, outputs)
+        if ranked is not None:
+            return ranked
+    if part.probability:
+        return decision_sqnr_db(reference, outputs, part.spatial)
+    return sqnr_db(reference, outputs)
+
+
+def _impact(
+    measured: tuple[OutputPart, PartImpact, list[np.ndarray]], whole: float, every: tuple[PartImpact, ...]
+) -> OutputImpact:
+    part, result, out = measured
+    distinct = None if result.label is None else len(np.unique(np.concatenate([o.ravel() for o in out])))
+    return OutputImpact(
+        result.sqnr_db, whole, result.label, result.sqnr_db if result.label else None, distinct,
+        part.probability, part.ranked, every,
+    )  # fmt: skip
+
+
+def rank_sqnr_db(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> float | None:
+    """The SQNR (dB) of a softmax's probabilities read by rank: the noise of the rows whose
+    top class changed (`changed_decisions`), over their values a decision reads (reference
+    or output at `DECISION_LEVEL` or more), against the signal of every row's such values.
+    No row changed: the ceiling. None where no axis holds a distribution (the float values
+    summing to one along it): not read by rank."""
+    axis = class_axis(reference)
+    if axis is None:
+        return None
+    signal = noise = 0.0
+    for r, o in zip(reference, outputs):
+        r64, o64 = np.asarray(r, np.float64), np.asarray(o, np.float64)
+        read = (r64 >= DECISION_LEVEL) | (o64 >= DECISION_LEVEL)
+        changed = np.expand_dims(changed_decisions(r64, o64, axis), axis)
+        signal += float(np.square(r64[read]).sum())
+        noise += float(np.square(r64 - o64)[read & changed].sum())
+    if noise <= 0:
+        return SQNR_CEILING_DB
+    return _db(noise / signal if signal > 0 else math.inf)
+
+
+def class_axis(reference: Sequence[np.ndarray]) -> int | None:
+    """The axis (batch axis 0 included) along which every float row sums to one, the last
+    such; None: none (a softmax laid out again, flattened with another axis)."""
+    arrays = [np.asarray(r, np.float64) for r in reference if np.size(r)]
+    if not arrays or any(a.ndim < 2 for a in arrays):
+        return None
+    for axis in range(arrays[0].ndim - 1, 0, -1):
+        if arrays[0].shape[axis] > 1 and all(
+            np.allclose(a.sum(axis=axis), 1.0, rtol=0, atol=_SUMS_TO_ONE) for a in arrays
+        ):
+            return axis
+    return None
+
+
+def changed_decisions(reference: np.ndarray, output: np.ndarray, axis: int) -> np.ndarray:
+    """Per row (every axis but ``axis``), whether the top class changed: the output's top
+    class is none of the reference's within the tolerance, or the reference's none of the
+    output's (a decision that vanished). Tolerance: `SEQUENCE_TOLERANCE` steps along one
+    axis besides the batch (a sequence), the spatial tolerance over two (a map), else none::
+
+        reference  94 0 0 631 0 0   output  94 0 0 0 631 0   changed  0 0 0 0 0 0
+                                    output  94 0 0 0 0   0   changed  0 0 0 1 0 0
+    """
+    ref, out = reference.argmax(axis=axis), output.argmax(axis=axis)
+    axes = tuple(range(1, ref.ndim))
+    if len(axes) == 1:
+        radius = SEQUENCE_TOLERANCE
+    elif len(axes) == 2:
+        radius = int(round(SPATIAL_TOLERANCE * math.hypot(*(ref.shape[a] for a in axes))))
+    else:
+        axes, radius = (), 0
+    return ~(_found_near(out, ref, axes, radius) & _found_near(ref, out, axes, radius))
+
+
+def _found_near(values: np.ndarray, among: np.ndarray, axes: tuple[int, ...], radius: int) -> np.ndarray:
+    """Whether each of ``values`` equals one of ``among`` within ``radius`` elements along
+    ``axes`` (a square window, edges repeated)."""
+    found = values == among
+    if radius <= 0 or not axes:
+        return found
+    shifts = [np.clip(np.arange(among.shape[a])[:, None] + np.arange(-radius, radius + 1), 0, among.shape[a] - 1)
+              for a in axes]  # fmt: skip
+    for offsets in np.ndindex(*(2 * radius + 1,) * len(axes)):
+        moved = among
+        for a, shift, offset in zip(axes, shifts, offsets):
+            moved = np.take(moved, shift[:, offset], axis=a)
+        found |= values == moved
+    return found

@@ -3,12 +3,14 @@ alternative the search measured (`core.similarity.fix` searches; this module onl
 and words the result).
 
 A fix *restores* when the user's metric, where the call was given one (`FixMetric`), is
-within the allowed drop of float with it; without a metric, when the model output's worst
-part keeps `RESTORE_DB` with it, or `DECISION_RESTORE_DB` where that part holds
-probabilities a decision reads at a threshold or by rank: a detector's class scores just
-over the cause bound still lose detections (YOLOv8n: every activation at 16 bits leaves
-them at 21 dB, on the head concatenation's one grid with the boxes, and AP50 a point or
-more under float).
+within the allowed drop of float with it; without a metric, when every part of the model
+output is at its own bar with it (`parts.restore_bar_db`): `RESTORE_DB` for values read as
+they are, `DECISION_RESTORE_DB` for probabilities a decision reads at a threshold or by
+rank: a detector's class scores just over the cause bound still lose detections (YOLOv8n:
+every activation at 16 bits leaves them at 21 dB, on the head concatenation's one grid with
+the boxes, and AP50 a point or more under float). The output SQNR a fix gives is that of
+the part furthest under its own bar (`parts.OutputImpact`): PicoDet's box distributions at
+23 dB pass their bar while its class scores stay under theirs, and the fix does not restore.
 """
 
 from __future__ import annotations
@@ -22,15 +24,9 @@ from typing import Any, overload
 from model_compression_toolkit.core.bit_width import BitWidthConfig
 from model_compression_toolkit.core.config import CoreConfig, KeepFloat, keep_float_rules
 from model_compression_toolkit.core.node_filters import NodeNameFilter
-from model_compression_toolkit.core.similarity.causes import CANDIDATE_DB, CAUSE_DB
+from model_compression_toolkit.core.similarity.parts import DECISION_RESTORE_DB, RESTORE_DB, restore_bar_db
 
-# The worst output part's SQNR with which a fix gives the task back: values a decision reads
-# off an argmax or a regression keep it at the cause bound (the digits CNN's outlier channel
-# equalized, 27.7 dB; its 2-bit conv at 4 bits: accuracy within a point of float); a part of
-# probabilities read at a threshold or by rank (`parts.DECISION_LEVEL`) needs more: YOLOv8n's
-# class scores at 21 dB (every activation at 16 bits) leave AP50 a point or more under float.
-RESTORE_DB = CAUSE_DB
-DECISION_RESTORE_DB = CANDIDATE_DB
+__all__ = ["DECISION_RESTORE_DB", "RESTORE_DB", "FixAlternative", "SuggestedFix", "alternative_gives"]
 
 
 @dataclass
@@ -97,11 +93,11 @@ class SuggestedFix(Sequence):
         weights_bytes_before / weights_bytes_after: the weights memory without and with the fix.
         activation_bytes_before / activation_bytes_after: the activation memory of one
             sample without and with the fix.
-        output_sqnr_db_before / output_sqnr_db_after: the model output's SQNR (dB, its worst
-            part) on the analysis's impact samples, quantized as it was and with the fix;
-            None when not measured.
-        output_probability: whether the output's worst part with the fix holds
-            probabilities a decision reads (judged at `DECISION_RESTORE_DB`).
+        output_sqnr_db_before / output_sqnr_db_after: the model output's SQNR (dB) on the
+            analysis's impact samples, quantized as it was and with the fix: the part
+            furthest under its own bar (`parts.OutputImpact`); None when not measured.
+        output_probability: whether that part with the fix holds probabilities a decision
+            reads (judged at `DECISION_RESTORE_DB`, any other at `RESTORE_DB`).
         metric_before / metric_after: the user's metric (`FixMetric`) quantized as it was
             and with the fix; None: no metric given.
         metric_restores: whether the metric with the fix is within the allowed drop.
@@ -231,17 +227,24 @@ class SuggestedFix(Sequence):
     @property
     def restores(self) -> bool | None:
         """Whether the fix gives the task back: the user's metric within the allowed drop
-        where one was given, else the output's worst part at `restore_db` or more (None:
-        not measured)."""
+        where one was given, else every output part at its own bar: the part furthest under
+        its bar at `restore_db` or more (None: not measured)."""
         if self.metric_restores is not None:
             return self.metric_restores
         return None if self.output_sqnr_db_after is None else self.output_sqnr_db_after >= self.restore_db
 
     @property
     def restore_db(self) -> float:
-        """The output SQNR (dB) that restores: `DECISION_RESTORE_DB` where the worst part
-        holds probabilities a decision reads, else `RESTORE_DB`."""
-        return DECISION_RESTORE_DB if self.output_probability else RESTORE_DB
+        """The output SQNR (dB) that restores: `DECISION_RESTORE_DB` where the part furthest
+        under its bar holds probabilities a decision reads, else `RESTORE_DB`."""
+        return restore_bar_db(self.output_probability)
+
+    @property
+    def margin_after(self) -> float:
+        """How far (dB) the output with the fix is over what restores it (`restore_db`); the
+        floor of the SQNR scale where not measured. Candidates whose worst parts differ (a
+        box part at 23 dB, class scores at 25 dB) compare by it, not by their SQNRs."""
+        return -1e9 if self.output_sqnr_db_after is None else self.output_sqnr_db_after - self.restore_db
 
     @property
     def sqnr_after(self) -> float:
