@@ -51,6 +51,7 @@ and no bit-width the target lacks is asked for.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -59,7 +60,8 @@ import numpy as np
 
 from model_compression_toolkit.core.calibration.quantizers import symmetric_grid, uniform_grid
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics
-from model_compression_toolkit.core.calibration.thresholds import fill_activation_config, fill_weights_config
+from model_compression_toolkit.core.calibration.thresholds import fill_weights_config
+from model_compression_toolkit.core.calibration.wider import ActivationGrids, fill
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.memory import graph_memory, total
 from model_compression_toolkit.core.similarity.causes import (
@@ -108,7 +110,9 @@ class _Search:
         stats: Mapping[str, NodeStatistics],
         menu: FixMenu,
     ) -> None:
-        self.graph, self.probe, self.l_p_value, self.stats, self.menu = graph, probe, l_p_value, stats, menu
+        self.graph, self.probe, self.l_p_value, self.menu = graph, probe, l_p_value, menu
+        # the grids of more bits, chosen once per activation for every candidate that widens it
+        self.stats = stats if isinstance(stats, ActivationGrids) else ActivationGrids(stats)
         self.before = probe.output_sqnr_db(graph)
         self.metric_before = (
             menu.metric.score(probe.backend.build(graph, quantized=True)) if menu.metric is not None else None
@@ -318,11 +322,7 @@ def _spread_text(search: _Search, entries: Sequence[QuantizerEntry], own: Sugges
 def with_weight_bits(graph: Graph, layers: dict[str, int], l_p_value: float) -> Graph:
     """A copy of ``graph`` whose ``layers`` have their weights at those bits (grids refilled)."""
     out = graph.copy()
-    for name, bits in layers.items():
-        node = out.node(name)
-        for wname, cfg in node.quant.weights.items():
-            cfg.n_bits = bits
-            fill_weights_config(cfg, node.weights[wname], l_p_value)
+    _set_weight_bits(out, layers, l_p_value)
     return out
 
 
@@ -330,27 +330,47 @@ def with_activation_bits(
     graph: Graph, layers: dict[str, int], stats: Mapping[str, NodeStatistics], l_p_value: float = 2.0
 ) -> Graph:
     """A copy of ``graph`` whose ``layers`` have their outputs at those bits: the grid chosen
-    again from the layer's statistics, or (without them) the same range in finer steps."""
+    again from the layer's statistics (once per layer and bits where ``stats`` is an
+    `ActivationGrids`), or (without them) the same range in finer steps."""
     out = graph.copy()
+    _set_activation_bits(out, layers, stats, l_p_value)
+    return out
+
+
+def _set_weight_bits(graph: Graph, layers: dict[str, int], l_p_value: float) -> None:
+    """`with_weight_bits` on ``graph`` itself (a copy that owns its configs)."""
     for name, bits in layers.items():
-        cfg = out.node(name).quant.activation
+        node = graph.node(name)
+        for wname, cfg in node.quant.weights.items():
+            cfg.n_bits = bits
+            fill_weights_config(cfg, node.weights[wname], l_p_value)
+
+
+def _set_activation_bits(
+    graph: Graph, layers: dict[str, int], stats: Mapping[str, NodeStatistics], l_p_value: float
+) -> None:
+    """`with_activation_bits` on ``graph`` itself (a copy that owns its configs)."""
+    for name, bits in layers.items():
+        cfg = graph.node(name).quant.activation
         if cfg is None or cfg.grid is None:
             continue
         cfg.n_bits = bits
         if name in stats:
-            fill_activation_config(cfg, stats[name], l_p_value)
+            fill(cfg, name, stats, l_p_value)
         elif cfg.threshold is not None:
             cfg.grid = symmetric_grid(cfg.threshold, bits, bool(cfg.signed))
         elif cfg.range_min is not None and cfg.range_max is not None:
             cfg.grid = uniform_grid(cfg.range_min, cfg.range_max, bits)
-    return out
 
 
 def fixed_graph(
     graph: Graph, fix: SuggestedFix, l_p_value: float, stats: Mapping[str, NodeStatistics] | None = None
 ) -> Graph:
     """``graph`` as the fix quantizes it: every activation or weight at the fix's bits (where
-    it sets them), then its per-layer bits (a layer's own wins), its float layers."""
+    it sets them), then its per-layer bits (a layer's own wins), its float layers.
+
+    One copy: the float layers go first (their quantizers, off, need no grid), then the
+    bits are set on that copy."""
     weight_bits: dict[str, int] = {}
     if fix.weights_n_bits is not None:
         weight_bits = {
@@ -365,9 +385,10 @@ def fixed_graph(
             for n in graph.nodes()
             if n.quant.activation is not None and n.quant.activation.grid is not None
         }
-    out = with_weight_bits(graph, {**weight_bits, **fix.weight_bits}, l_p_value)
-    out = with_activation_bits(out, {**act_bits, **fix.activation_bits}, stats or {}, l_p_value)
-    return without(out, fix.activations, fix.weights)
+    out = without(graph, fix.activations, fix.weights)
+    _set_weight_bits(out, {**weight_bits, **fix.weight_bits}, l_p_value)
+    _set_activation_bits(out, {**act_bits, **fix.activation_bits}, stats or {}, l_p_value)
+    return out
 
 
 def _enough_bits(
@@ -379,7 +400,8 @@ def _enough_bits(
     if probe is None:
         return None
     for bits in menu.more_weight_bits(entry.bits):
-        variant = isolate(with_weight_bits(graph, {entry.name: bits}, l_p_value), entry)
+        variant = _isolated(graph, entry)
+        _set_weight_bits(variant, {entry.name: bits}, l_p_value)
         if probe.output_sqnr_db(variant, at=entry.name) >= CANDIDATE_DB:
             return bits
     return None
@@ -399,8 +421,21 @@ def _enough_activation_bits(
         return None
     if not menu.allows_activation_bits(graph, entry.name, MORE_ACTIVATION_BITS):
         return None
-    variant = isolate(with_activation_bits(graph, {entry.name: MORE_ACTIVATION_BITS}, stats), entry)
+    variant = _isolated(graph, entry)
+    _set_activation_bits(variant, {entry.name: MORE_ACTIVATION_BITS}, stats, 2.0)
     return MORE_ACTIVATION_BITS if probe.output_sqnr_db(variant, at=entry.name) >= CANDIDATE_DB else None
+
+
+def _isolated(graph: Graph, entry: QuantizerEntry) -> Graph:
+    """``isolate(graph, entry)`` whose entry's quantizer config is its own copy (isolate
+    shares it with ``graph``), to be given more bits in place: one graph copy, not two."""
+    out = isolate(graph, entry)
+    quant = out.node(entry.name).quant
+    if entry.kind == ACTIVATION:
+        quant.activation = copy.deepcopy(quant.activation)
+    else:
+        quant.weights = copy.deepcopy(quant.weights)
+    return out
 
 
 def _fix(
