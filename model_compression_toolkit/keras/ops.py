@@ -11,6 +11,7 @@ layer attributes worth showing.
 
 from __future__ import annotations
 
+import inspect
 import re
 from functools import cache
 from typing import Any
@@ -267,9 +268,44 @@ def kernel_in_axis(
     kernel = weights.get("kernel")
     if class_name == "EinsumDense":
         return {}
-    if kind not in (K.CONV, K.DENSE) or kernel is None or kernel.ndim < 2 or class_name.startswith("Separable"):
+    if (
+        kind not in (K.CONV, K.DENSE)
+        or kernel is None
+        or kernel.ndim < 2
+        or class_name.startswith("Separable")
+    ):
         return {}
     return {"kernel": kernel.ndim - 2}
+
+
+_ARITHMETIC = frozenset({K.ADD, K.SUB, K.MUL, K.ELEMENTWISE})
+
+
+def number_operands(op: Any, args: Any, kwargs: Any) -> dict[str, float]:
+    """The numbers a ``keras.ops`` arithmetic call takes, by parameter name:
+    ``keras.ops.add(x, 3.0)`` -> ``{"x2": 3.0}``, ``keras.ops.subtract(1.0, x)`` -> ``{"x1": 1.0}``.
+
+    A number is a Python int or float or an array of one element. The graph's patterns
+    (`core.composites`: ``relu6(x + 3) / 6``, a scale and shift by numbers) read them there,
+    as they read PyTorch's ``x + 3`` (``attrs["b"] = 3``). Empty for layers and other ops.
+    """
+    if is_layer(op) or kind_of(op) not in _ARITHMETIC:
+        return {}
+    try:
+        names = [n for n in inspect.signature(type(op).call).parameters if n != "self"]
+    except (TypeError, ValueError):
+        return {}
+    bound = dict(zip(names, args if isinstance(args, (list, tuple)) else ()))
+    bound.update(kwargs if isinstance(kwargs, dict) else {})
+    numbers = {}
+    for name, value in bound.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)):
+            numbers[name] = float(value)
+        elif isinstance(value, (np.ndarray, np.generic)) and value.size == 1 and value.dtype.kind in "fiu":
+            numbers[name] = float(np.asarray(value).reshape(()))
+    return numbers
 
 
 def plain_attrs(config: dict) -> dict[str, Any]:

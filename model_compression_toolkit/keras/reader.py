@@ -256,7 +256,9 @@ class _Reader:
         if ops.kind_of(op) != OpKind.UNKNOWN or not getattr(op, "_layers", None):
             return None
         try:
-            inputs = [keras.Input(batch_shape=tuple(r["shape"]), dtype=r.get("dtype", "float32")) for r in refs]
+            inputs = [
+                keras.Input(batch_shape=tuple(r["shape"]), dtype=r.get("dtype", "float32")) for r in refs
+            ]
             with _inlined(op):
                 outputs = op.call(*fill(args, inputs), **fill(kwargs, inputs))
             view, config = functional_config(keras.Model(inputs, outputs))
@@ -293,7 +295,7 @@ class _Reader:
             weights = {k: np.array(v, copy=True) for k, v in zip(ops.weight_names(op), op.get_weights())}
         if kind == OpKind.UNKNOWN:  # kept as it is, so it must be rebuildable from its config
             make_layer(type(op), config, op.name)
-        attrs = ops.plain_attrs(config)
+        attrs = {**ops.plain_attrs(config), **ops.number_operands(op, args, kwargs)}
         if kind == OpKind.ACTIVATION:
             attrs["function"] = ops.activation_function(op, config)
         if kind in (OpKind.BATCH_NORM, OpKind.LAYER_NORM):
