@@ -205,3 +205,21 @@ def test_a_sigmoid_is_read_at_a_threshold_not_by_rank():
     g = _graph({"scores": (OpKind.ACTIVATION, "sigmoid", (8, 4)), "probs": (OpKind.SOFTMAX, "", (8, 4))})
     assert is_probability(g, "scores") and not is_ranked(g, "scores")
     assert [p.ranked for p in output_parts(g)] == [False, True]
+
+
+def test_scores_through_an_onnx_reshape_with_a_shape_input_still_hold_probabilities():
+    """An ONNX Reshape takes its target shape as a second input (a constant): PicoDet's
+    sigmoid scores reach its outputs through one, then a transpose, and stay probabilities."""
+    g = Graph("picodet", "pytorch")
+    g.add_node(Node("x", OpKind.INPUT, "Input"))
+    g.add_node(Node("sigmoid", OpKind.ACTIVATION, "Sigmoid", attrs={"function": "sigmoid"}))
+    g.add_node(Node("shape", OpKind.CONSTANT, "get_attr"))
+    g.add_node(Node("reshape", OpKind.RESHAPE, "OnnxReshape"))
+    g.add_node(Node("transpose", OpKind.RESHAPE, "OnnxTranspose"))
+    g.add_edge("x", "sigmoid")
+    g.add_edge("sigmoid", "reshape")
+    g.add_edge("shape", "reshape", dst_index=1)
+    g.add_edge("reshape", "transpose")
+    g.outputs = [("transpose", 0)]
+    assert is_probability(g, "transpose") and not is_ranked(g, "transpose")
+    assert [p.probability for p in output_parts(g)] == [True]

@@ -75,6 +75,8 @@ from model_compression_toolkit.core.similarity.metrics import SQNR_CEILING_DB, c
 
 # ops whose output has the same layout as their only tensor input
 _SAME_LAYOUT = frozenset({OpKind.ACTIVATION, OpKind.IDENTITY, OpKind.DROPOUT})
+# inputs that carry no values of the model's tensors: a reshape's target shape, a constant
+_NOT_VALUES = frozenset({OpKind.CONSTANT, OpKind.SHAPE})
 # elementwise functions whose outputs are probabilities in [0, 1] (besides a softmax)
 PROBABILITY_FUNCTIONS = frozenset({"sigmoid", "hardsigmoid", "hard_sigmoid"})
 # a probability under this in float and quantized alike takes part in no decision
@@ -164,7 +166,8 @@ def output_parts(graph: Graph) -> list[OutputPart]:
 def is_probability(graph: Graph, name: str) -> bool:
     """Whether node ``name``'s output holds probabilities: a sigmoid, a hard sigmoid or a
     softmax makes it, through ops that keep values as they are (identity, dropout, a
-    reshape or transpose: a detector's scores laid out as (batch, anchors, classes), a pad)."""
+    reshape or transpose: a detector's scores laid out as (batch, anchors, classes), a pad),
+    whose other inputs are constants or shapes (an ONNX Reshape's target shape)."""
     return _probability_function(graph, name) is not None
 
 
@@ -176,8 +179,8 @@ def is_ranked(graph: Graph, name: str) -> bool:
 def _probability_function(graph: Graph, name: str) -> str | None:
     """``"softmax"``, the sigmoid's name, or None: what makes node ``name``'s probabilities."""
     node = graph.node(name)
-    while node.kind in VALUE_PRESERVING and len(graph.in_edges(node.name)) == 1:
-        node = graph.node(graph.in_edges(node.name)[0].src)
+    while node.kind in VALUE_PRESERVING and (source := _value_input(graph, node.name)) is not None:
+        node = graph.node(source)
     if node.kind == OpKind.SOFTMAX:
         return "softmax"
     function = str(node.attrs.get("function") or node.fused_activation or "").lower()
@@ -186,6 +189,13 @@ def _probability_function(graph: Graph, name: str) -> str | None:
     ):
         return function
     return None
+
+
+def _value_input(graph: Graph, name: str) -> str | None:
+    """The one input of node ``name`` that carries values: a reshape's shape, a constant or a
+    shape computation (an ONNX Reshape's second input) is none; None: none or several."""
+    sources = [e.src for e in graph.in_edges(name) if graph.node(e.src).kind not in _NOT_VALUES]
+    return sources[0] if len(sources) == 1 else None
 
 
 def _spatial_axes(node: Node) -> tuple[int, ...]:
@@ -199,10 +209,10 @@ def _spatial_axes(node: Node) -> tuple[int, ...]:
 
 def _concat_parts(graph: Graph, index: int, name: str) -> list[OutputPart]:
     node = graph.node(name)
-    while node.kind in _SAME_LAYOUT and len(graph.in_edges(node.name)) == 1:
+    while node.kind in _SAME_LAYOUT and (source := _value_input(graph, node.name)) is not None:
         if is_probability(graph, node.name):
             return []  # a probability made of a concatenation: its parts are not what it is
-        node = graph.node(graph.in_edges(node.name)[0].src)
+        node = graph.node(source)
     if node.kind != OpKind.CONCAT:
         return []
     axis = _concat_axis(node)
