@@ -223,3 +223,25 @@ def test_scores_through_an_onnx_reshape_with_a_shape_input_still_hold_probabilit
     g.outputs = [("transpose", 0)]
     assert is_probability(g, "transpose") and not is_ranked(g, "transpose")
     assert [p.probability for p in output_parts(g)] == [True]
+
+
+def test_a_spread_fix_that_does_not_restore_says_so_plainly_with_what_each_gave():
+    """No cause, the loss spread (PicoDet): every activation at 16 bits leaves the class
+    scores at 29.6 dB, under their bar; the summary must not present it as the fix without
+    saying that no fix tried restores, and what each gave."""
+    from model_compression_toolkit.core.similarity.fix_menu import alternative
+
+    acts = SuggestedFix(activation_n_bits=16, output_sqnr_db_before=5.2, output_sqnr_db_after=29.6,
+                        output_probability=True)  # fmt: skip
+    weights = SuggestedFix(weights_n_bits=16, output_sqnr_db_before=5.2, output_sqnr_db_after=5.2,
+                           output_probability=True)  # fmt: skip
+    acts.alternatives = [alternative(acts, True), alternative(weights, False)]
+    assert acts.restores is False and acts.note is None
+    summary = acts.summary()
+    assert "No fix tried restores" in summary, summary
+    assert "every activation at 16 bits gave output SQNR 29.6 dB" in summary, summary
+    assert "every weight at 16 bits gave output SQNR 5.2 dB" in summary, summary
+    assert acts.to_dict()["note"] == acts.said_note
+    # one that restores says nothing of the kind
+    acts.output_sqnr_db_after = 31.0
+    assert acts.restores and acts.said_note is None and "No fix tried" not in acts.summary()

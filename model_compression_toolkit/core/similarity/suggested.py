@@ -273,9 +273,31 @@ class SuggestedFix(Sequence):
             lines.append(
                 "equalizes the channels of " + "; ".join(self.equalized_pairs) + " (exact in float, integer)"
             )
-        if self.note:
-            lines.append(self.note)
+        note = self.said_note
+        if note:
+            lines.append(note)
         return lines
+
+    @property
+    def said_note(self) -> str | None:
+        """``note``; where the search left none and the fix does not restore (a loss spread
+        over many quantizers, no cause), the same plain words: no fix tried restores, and
+        what each gave (``alternatives``)."""
+        if self.note or not self or self.restores is not False:
+            return self.note
+        tried = [a for a in self.alternatives if a.allowed and a.restores is not None]
+        if self.metric_restores is not None:
+            bar = "your metric within the allowed drop of float"
+        else:
+            bar = (
+                f"every output part at its bar: {RESTORE_DB:g} dB, {DECISION_RESTORE_DB:g} dB for probabilities a "
+                "decision reads"
+            )
+        gave = "; ".join(f"{a.change} gave {a.gives()}" for a in tried) or f"this fix gave {self.gives()}"
+        return (
+            f"No fix tried restores ({bar}): {gave}. The suggestion is the one that gives the most; check the "
+            "task metric."
+        )
 
     def summary(self) -> str:
         """The fix, what it costs in memory and what it gives, in a few lines."""
@@ -319,7 +341,7 @@ class SuggestedFix(Sequence):
             "alternatives": [a.to_dict() for a in self.alternatives],
             "integer_only": self.integer_only,
             "target": self.target,
-            "note": self.note,
+            "note": self.said_note,
         }
 
 
