@@ -75,10 +75,10 @@ def _describe(fix) -> str:
 def measure(name: str) -> dict:
     """One row; every step's failure is recorded in ``errors``."""
     import model_compression_toolkit as mct
-    from tests.zoo.real.cases import CASES
+    from tests.zoo.real.cases import ALL_CASES
     from tests.zoo.real.wheels import missing
 
-    case = CASES[name]
+    case = ALL_CASES[name]
     row: dict = {"model": name, "fw": case.framework, "errors": [], "primary": case.primary}
     if missing(case.weights):
         row["errors"].append(f"wheel not installed: {', '.join(missing(case.weights))}")
@@ -161,7 +161,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    from tests.zoo.real.cases import CASES
+    from tests.zoo.real.cases import ALL_CASES as CASES  # the bench-only cases too
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=list(CASES), help="these models only")

@@ -13,6 +13,12 @@ headline metric, a share in [0, 1] (higher is better).
 | onet, rnet (MTCNN) | 48 crops, half Grace Hopper's face | face / not-face accuracy at 0.5 (labels by construction) |
 | crepe_tiny | 64 synthesized tones | raw pitch accuracy (within 50 cents), median error in cents |
 
+Each ONNX file (nudenet, the three PP-OCR models) runs in PyTorch (onnx2torch) and, as
+``<name>_keras``, in Keras (`tests.zoo.real.onnx_keras`: the same weights in a Keras 3
+functional model, NHWC), on the same data with the same metric; nudenet's reference
+detections are the PyTorch float model's in both. CREPE and MTCNN are defined in both
+(`tests.zoo.real.nets`).
+
 ONet's landmarks have no ground truth here: ``landmark_px`` is their mean distance to the
 float model's landmarks on the face crops, in pixels of the 48x48 crop (0 for float).
 """
@@ -51,6 +57,9 @@ class Case:
     evaluate: Callable[[Any], dict[str, Any]]
     primary: str
     notes: list[str] = field(default_factory=list)
+    # too slow for `make test` on 2 CPUs (a minute or more to build, calibrate and measure):
+    # measured by bench/real_zoo.py only; tests/zoo/real/test_onnx_keras.py checks its float model
+    bench_only: bool = False
 
 
 def predict(model: Any, x: np.ndarray, framework: str, batch: int = 16) -> list[np.ndarray]:
@@ -94,9 +103,10 @@ def _nudenet_float():
     return to_torch("nudenet", (1, 3, 320, 320))
 
 
-def _detections(model) -> list[np.ndarray]:
+def _detections(model, framework: str = "pytorch") -> list[np.ndarray]:
     """The model's detections on `nudenet_images` down to `DETECTION_FLOOR`."""
-    out = predict(model, nudenet_images(), "pytorch", batch=4)[0]
+    x = nudenet_images()
+    out = predict(model, x if framework == "pytorch" else _nhwc(x), framework, batch=4)[0]
     return [metrics.yolo_detections(o, DETECTION_FLOOR) for o in out]
 
 
@@ -110,12 +120,20 @@ def nudenet_reference() -> tuple[np.ndarray, ...]:
     return tuple(d[d[:, 5] >= DETECTION_SCORE] for d in _float_detections())
 
 
-def _nudenet_eval(model) -> dict:
-    """``ap50`` (primary), then the ``recall`` at `DETECTION_SCORE`, ``mean_iou``, ``count``."""
-    found = list(_float_detections()) if model is _nudenet_float() else _detections(model)
-    reference = list(nudenet_reference())
-    over = [d[d[:, 5] >= DETECTION_SCORE] for d in found]
-    return {"ap50": metrics.detection_ap(reference, found), **metrics.detection_recall(reference, over)}
+def _nudenet_eval(framework: str) -> Callable[[Any], dict]:
+    """``ap50`` (primary), then the ``recall`` at `DETECTION_SCORE`, ``mean_iou``, ``count``,
+    against the PyTorch float model's detections (the Keras float model finds the same)."""
+
+    def evaluate(model) -> dict:
+        if framework == "pytorch" and model is _nudenet_float():
+            found = list(_float_detections())
+        else:
+            found = _detections(model, framework)
+        reference = list(nudenet_reference())
+        over = [d[d[:, 5] >= DETECTION_SCORE] for d in found]
+        return {"ap50": metrics.detection_ap(reference, found), **metrics.detection_recall(reference, over)}
+
+    return evaluate
 
 
 # ------------------------------------------------------------------ PP-OCR
@@ -124,12 +142,20 @@ def _rec_eval_data():
     return data.text_lines(30, seed=0)
 
 
-def _rec_eval(model) -> dict:
-    from tests.zoo.real.onnx_models import ocr_characters
+def _images(x: np.ndarray, framework: str) -> np.ndarray:
+    """NCHW images in the framework's layout (the Keras models take NHWC)."""
+    return x if framework == "pytorch" else _nhwc(x)
 
-    x, texts = _rec_eval_data()
-    probabilities = predict(model, x, "pytorch", batch=8)[0]
-    return metrics.text_accuracy(metrics.ctc_greedy(probabilities, ocr_characters()), texts)
+
+def _rec_eval(framework: str) -> Callable[[Any], dict]:
+    def evaluate(model) -> dict:
+        from tests.zoo.real.onnx_models import ocr_characters
+
+        x, texts = _rec_eval_data()
+        probabilities = predict(model, _images(x, framework), framework, batch=8)[0]
+        return metrics.text_accuracy(metrics.ctc_greedy(probabilities, ocr_characters()), texts)
+
+    return evaluate
 
 
 @cache
@@ -137,10 +163,15 @@ def _pages():
     return data.text_pages(8, seed=2)
 
 
-def _det_eval(model) -> dict:
-    pages = _pages()
-    maps = predict(model, np.stack([p.image for p in pages]), "pytorch", batch=4)[0]
-    return metrics.text_region_scores(maps, [p.boxes for p in pages])
+def _det_eval(framework: str) -> Callable[[Any], dict]:
+    def evaluate(model) -> dict:
+        pages = _pages()
+        maps = predict(model, _images(np.stack([p.image for p in pages]), framework), framework, batch=4)[0]
+        if framework == "keras":  # (B, H, W, 1) -> (B, 1, H, W)
+            maps = maps.transpose(0, 3, 1, 2)
+        return metrics.text_region_scores(maps, [p.boxes for p in pages])
+
+    return evaluate
 
 
 @cache
@@ -148,10 +179,13 @@ def _cls_eval_data():
     return data.oriented_lines(32, seed=1)
 
 
-def _cls_eval(model) -> dict:
-    x, labels = _cls_eval_data()
-    probabilities = predict(model, x, "pytorch")[0]
-    return {"accuracy": float(np.mean(probabilities.argmax(-1) == labels))}
+def _cls_eval(framework: str) -> Callable[[Any], dict]:
+    def evaluate(model) -> dict:
+        x, labels = _cls_eval_data()
+        probabilities = predict(model, _images(x, framework), framework)[0]
+        return {"accuracy": float(np.mean(probabilities.argmax(-1) == labels))}
+
+    return evaluate
 
 
 # ------------------------------------------------------------------ MTCNN
@@ -203,13 +237,28 @@ def _crepe_eval(framework: str) -> Callable[[Any], dict]:
 
 
 # ------------------------------------------------------------------ the cases
-def _onnx(name: str, shape: tuple[int, ...]) -> Callable[[], Any]:
+def _onnx(name: str, shape: tuple[int, ...], framework: str = "pytorch") -> Callable[[], Any]:
+    """An ONNX file as a PyTorch module (onnx2torch) or a Keras model (`onnx_keras`)."""
+
     def make():
+        if framework == "keras":
+            from tests.zoo.real.onnx_keras import to_keras
+
+            return to_keras(name, shape)
+        if name == "nudenet":
+            return _nudenet_float()
         from tests.zoo.real.onnx_models import to_torch
 
         return to_torch(name, shape)
 
     return make
+
+
+def _image_batches(images: Callable[[], np.ndarray], size: int, framework: str):
+    def calibration():
+        return _batches(_images(images(), framework), size)
+
+    return calibration
 
 
 def _net(name: str, framework: str) -> Callable[[], Any]:
@@ -229,32 +278,37 @@ def _face_calibration(size: int, framework: str):
     return calibration
 
 
-CASES: dict[str, Case] = {}
+ALL_CASES: dict[str, Case] = {}  # every case, in the bench's order (bench/real_zoo.py)
 
 
 def _add(case: Case) -> None:
-    CASES[case.name] = case
+    ALL_CASES[case.name] = case
 
 
 # fmt: off
-_add(Case(
-    "nudenet", "pytorch", "nudenet", _nudenet_float,
-    lambda: _batches(data.detector_images(8, seed=10)[3:], 4), _nudenet_eval, "ap50",
-))
-_add(Case(
-    "ppocr_rec", "pytorch", "ppocr_rec", _onnx("ppocr_rec", (1, 3, 48, 320)),
-    lambda: _batches(data.text_lines(16, seed=10)[0], 8), _rec_eval, "line",
-))
-_add(Case(
-    "ppocr_det", "pytorch", "ppocr_det", _onnx("ppocr_det", (1, 3, 320, 320)),
-    lambda: _batches(np.stack([p.image for p in data.text_pages(4, seed=12)]), 2), _det_eval, "recall",
-))
-_add(Case(
-    "ppocr_cls", "pytorch", "ppocr_cls", _onnx("ppocr_cls", (1, 3, 48, 192)),
-    lambda: _batches(data.oriented_lines(16, seed=11)[0], 8), _cls_eval, "accuracy",
-))
-for _framework in ("pytorch", "keras"):
+for _framework in ("pytorch", "keras"):  # the ONNX files in Keras: tests/zoo/real/onnx_keras.py
     _suffix = "" if _framework == "pytorch" else "_keras"
+    _heavy = _framework == "keras"  # nudenet, PP-OCR rec and det in Keras: 70-120 s each on 2 CPUs
+    _add(Case(
+        f"nudenet{_suffix}", _framework, "nudenet", _onnx("nudenet", (1, 3, 320, 320), _framework),
+        _image_batches(lambda: data.detector_images(8, seed=10)[3:], 4, _framework), _nudenet_eval(_framework),
+        "ap50", bench_only=_heavy,
+    ))
+    _add(Case(
+        f"ppocr_rec{_suffix}", _framework, "ppocr_rec", _onnx("ppocr_rec", (1, 3, 48, 320), _framework),
+        _image_batches(lambda: data.text_lines(16, seed=10)[0], 8, _framework), _rec_eval(_framework), "line",
+        bench_only=_heavy,
+    ))
+    _add(Case(
+        f"ppocr_det{_suffix}", _framework, "ppocr_det", _onnx("ppocr_det", (1, 3, 320, 320), _framework),
+        _image_batches(lambda: np.stack([p.image for p in data.text_pages(4, seed=12)]), 2, _framework),
+        _det_eval(_framework), "recall", bench_only=_heavy,
+    ))
+    _add(Case(
+        f"ppocr_cls{_suffix}", _framework, "ppocr_cls", _onnx("ppocr_cls", (1, 3, 48, 192), _framework),
+        _image_batches(lambda: data.oriented_lines(16, seed=11)[0], 8, _framework), _cls_eval(_framework),
+        "accuracy",
+    ))
     _add(Case(
         f"crepe_tiny{_suffix}", _framework, "crepe_tiny", _net("crepe_tiny", _framework),
         lambda: _batches(data.tones(32, seed=14)[0], 16), _crepe_eval(_framework), "rpa",
@@ -268,3 +322,6 @@ for _framework in ("pytorch", "keras"):
         _face_calibration(24, _framework), _face_eval(24, _framework), "accuracy",
     ))
 # fmt: on
+
+# the cases tests/zoo/real/test_real_zoo.py measures (`make test`): all but the bench-only ones
+CASES: dict[str, Case] = {name: case for name, case in ALL_CASES.items() if not case.bench_only}
