@@ -16,6 +16,8 @@ from model_compression_toolkit.core.config import QuantizationErrorMethod as QE
 from model_compression_toolkit.core.config import QuantizationMethod as QM
 from model_compression_toolkit.core.quant_config import ActivationQuantConfig
 from model_compression_toolkit.core.similarity.fix import SuggestedFix, fixed_graph, with_activation_bits
+from model_compression_toolkit.core.similarity.parts import OutputImpact
+from model_compression_toolkit.core.similarity.trials import MeasuredOnce, SearchStats
 from model_compression_toolkit.pipeline.backends import get_backend
 from model_compression_toolkit.pipeline.session import Session
 from tests.fixtures.digits import representative_dataset
@@ -117,3 +119,80 @@ def test_the_fix_graphs_with_remembered_grids_are_those_of_fresh_searches(traine
     assert grids.searches == len([n for n in acts if n in stats])
     # the graph the fix started from keeps its 8-bit grids
     assert all(graph.node(n).quant.activation.n_bits == 8 for n in acts)
+
+
+def _quantization(graph) -> tuple:
+    """Every quantizer of ``graph``: its bits and grid, node by node (None: off)."""
+
+    def grid(g) -> tuple | None:
+        return (
+            None if g is None else (np.asarray(g.scale).tobytes(), np.asarray(g.zero_point).tobytes(), g.qmin)
+        )
+
+    out = []
+    for node in graph.nodes():
+        act = node.quant.activation
+        out.append((node.name, None if act is None else (act.n_bits, grid(act.grid))))
+        out += [(node.name, w, c.n_bits, grid(c.grid)) for w, c in sorted(node.quant.weights.items())]
+    return tuple(out)
+
+
+def test_the_fix_search_runs_no_candidate_twice_and_makes_each_graph_once(fw, trained_digits):
+    """On the damaged digits CNN the causes' fix is measured while it grows and then judged:
+    one run of its model, the same graph object both times; and what the search suggests
+    is what a candidate measured on its own gives."""
+    from tests.core.test_analysis_budget import _analyzed
+    from tests.fixtures.damage import outlier_channel
+
+    model, x_train, _, _ = trained_digits
+    bad, _names = outlier_channel(fw.name, model, x_train[:256])
+    graph, result, counter = _analyzed(fw, bad, x_train)
+    fix = result.report.fix
+    whole = [g for g, quantized, extra in counter.runs if quantized and not extra and g is not None]
+    whole = [g for g in whole if [n.name for n in g.nodes()] == [n.name for n in graph.nodes()]]
+    assert len(whole) >= 2, counter.runs  # the fix's candidates, run whole
+    seen = [_quantization(g) for g in whole]
+    assert len(set(seen)) == len(seen), "a candidate's quantization ran twice"
+    assert fix.restores, result.report.summary()
+
+
+class _Counting:
+    """A probe that counts its runs: the impact of a graph is its number of nodes."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[int, str | None]] = []
+
+    def impact(self, variant, at=None):
+        self.runs.append((id(variant), at))
+        n = float(len(list(variant.nodes())))
+        return OutputImpact(sqnr_db=n, whole_db=n)
+
+
+def test_a_graph_measured_whole_is_measured_once_and_its_graph_made_once(fw, trained_digits):
+    model, x_train, _, _ = trained_digits
+    with Session(
+        model, representative_dataset(x_train), mct.core.CoreConfig(), get_backend(model)
+    ) as session:
+        graph = session.prepare()
+        stats = session.statistics(graph)
+        session.select_thresholds(graph)
+    search = SearchStats(stats)
+    probe = MeasuredOnce(_Counting())
+    every, every_too = SuggestedFix(activation_n_bits=16), SuggestedFix(activation_n_bits=16, equalize=True)
+    first = fixed_graph(graph, every, 2.0, search)
+    assert fixed_graph(graph, every_too, 2.0, search) is first  # the same changes: the same graph
+    assert fixed_graph(graph, SuggestedFix(weights_n_bits=16), 2.0, search) is not first
+    assert fixed_graph(graph.copy(), every, 2.0, search) is not first  # another graph: made again
+    assert _quantization(first) == _quantization(fixed_graph(graph, every, 2.0, stats))
+    for _ in range(3):
+        probe.output_sqnr_db(first)
+    probe.impact(first, at="x")  # a cut, never remembered
+    probe.impact(first, at="x")
+    probe.impact(first.copy())  # an equal graph, not this one: measured
+    assert probe.probe.runs == [
+        (id(first), None),
+        (id(first), "x"),
+        (id(first), "x"),
+        (probe.probe.runs[-1][0], None),
+    ]
+    assert probe.runs_saved == 2

@@ -61,7 +61,7 @@ import numpy as np
 from model_compression_toolkit.core.calibration.quantizers import symmetric_grid, uniform_grid
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics
 from model_compression_toolkit.core.calibration.thresholds import fill_weights_config
-from model_compression_toolkit.core.calibration.wider import ActivationGrids, fill
+from model_compression_toolkit.core.calibration.wider import fill
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.memory import graph_memory, total
 from model_compression_toolkit.core.similarity.causes import (
@@ -88,6 +88,7 @@ from model_compression_toolkit.core.similarity.fix_menu import (
     pair_text,
 )
 from model_compression_toolkit.core.similarity.suggested import DECISION_RESTORE_DB, RESTORE_DB, SuggestedFix
+from model_compression_toolkit.core.similarity.trials import MeasuredOnce, SearchStats
 
 __all__ = [
     "DECISION_RESTORE_DB", "MORE_ACTIVATION_BITS", "MORE_BITS", "RESTORE_DB", "FixAlternative", "FixMenu", "FixMetric", "SuggestedFix",
@@ -110,9 +111,11 @@ class _Search:
         stats: Mapping[str, NodeStatistics],
         menu: FixMenu,
     ) -> None:
-        self.graph, self.probe, self.l_p_value, self.menu = graph, probe, l_p_value, menu
-        # the grids of more bits, chosen once per activation for every candidate that widens it
-        self.stats = stats if isinstance(stats, ActivationGrids) else ActivationGrids(stats)
+        self.graph, self.l_p_value, self.menu = graph, l_p_value, menu
+        # each candidate's graph made once (its grids of more bits chosen once per activation),
+        # and measured once: a fix whose margin was measured is judged on that run
+        self.stats = stats if isinstance(stats, SearchStats) else SearchStats(stats)
+        self.probe = MeasuredOnce(probe)
         self.before = probe.output_sqnr_db(graph)
         self.metric_before = (
             menu.metric.score(probe.backend.build(graph, quantized=True)) if menu.metric is not None else None
@@ -370,7 +373,15 @@ def fixed_graph(
     it sets them), then its per-layer bits (a layer's own wins), its float layers.
 
     One copy: the float layers go first (their quantizers, off, need no grid), then the
-    bits are set on that copy."""
+    bits are set on that copy. With a search's `SearchStats`, once per search and fix."""
+    if isinstance(stats, SearchStats):
+        return stats.graph_of(graph, fix, l_p_value, lambda: _fixed_graph(graph, fix, l_p_value, stats))
+    return _fixed_graph(graph, fix, l_p_value, stats)
+
+
+def _fixed_graph(
+    graph: Graph, fix: SuggestedFix, l_p_value: float, stats: Mapping[str, NodeStatistics] | None
+) -> Graph:
     weight_bits: dict[str, int] = {}
     if fix.weights_n_bits is not None:
         weight_bits = {
