@@ -112,8 +112,40 @@ def _checked_graph(
         node.payload["device"] = device
     no_activation(graph)
     graph.validate()
-    check_read(work, gm, graph, tensors, keywords, _node_names(gm))
+    _check(work, gm, graph, tensors, keywords, _node_names(gm))
     return graph
+
+
+# The self-check runs the model and the float model built back from the read graph on the
+# first samples of the first batch, not on all of it: a misread (a write in place that the
+# reader lost) shows on any sample, and two samples still make a batch whose samples a
+# misread could mix. A batch of 8 cost a 600-layer model two float passes of its data
+# (bench/results/analysis_speed.md).
+CHECK_SAMPLES = 2
+
+
+def _check(
+    work: nn.Module,
+    gm: fx.GraphModule,
+    graph: Graph,
+    tensors: list[torch.Tensor],
+    keywords: list[str] | None,
+    node_names: dict[str, str],
+) -> None:
+    """`check_read` on the first `CHECK_SAMPLES` samples of the first batch (the inputs
+    whose first axis is the batch's); on the whole batch where the model or the read graph
+    does not run on fewer (a model fixed to the batch size it was read with)."""
+    batch = next((t.shape[0] for t in tensors if t.dim() > 0), None)
+    if batch is not None and batch > CHECK_SAMPLES:
+        first = [t[:CHECK_SAMPLES] if t.dim() > 0 and t.shape[0] == batch else t for t in tensors]
+        try:
+            check_read(work, gm, graph, first, keywords, node_names)
+            return
+        except ModelReadError:
+            raise
+        except Exception:  # noqa: BLE001 - it runs on its whole batch only: checked there
+            pass
+    check_read(work, gm, graph, tensors, keywords, node_names)
 
 
 def _device(model: nn.Module) -> torch.device:
