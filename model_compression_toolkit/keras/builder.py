@@ -114,7 +114,8 @@ def build(
     Args:
         graph: the graph to build.
         quantized: fake-quantize weights and activations that have a grid.
-        extra_outputs: nodes whose outputs are returned after the graph outputs.
+        extra_outputs: nodes whose outputs are returned after the graph outputs, one per
+            node (its first: a split's first part).
         weights: quantized weights already computed (node -> weight name -> array).
         tap: receives the extra outputs instead (a `TappedModel` is returned).
         share: a model built here from the same ``graph`` object with the same
@@ -125,13 +126,15 @@ def build(
     built = _built_like(share, graph, quantized, weights)
     if built is None:
         names = _Names()
-        built = _Built(_weak(graph), quantized, _weak(weights), names, *_layers(graph, quantized, weights, names))
+        built = _Built(
+            _weak(graph), quantized, _weak(weights), names, *_layers(graph, quantized, weights, names)
+        )
     tensors = built.tensors
     outputs = [] if tap is not None else [tensors[n][i] for n, i in graph.outputs]
     for name in extra_outputs:
         if name not in tensors:
             raise GraphValidationError(f"extra output {name!r} is not a node of graph {graph.name!r}")
-        outputs.extend(tensors[name][:1] if tap is not None else tensors[name])
+        outputs.extend(tensors[name][:1])  # one value per name, as callers zip them (a split has two)
     inputs: Any = built.inputs[0] if len(built.inputs) == 1 else built.inputs
     result: Any = outputs[0] if len(outputs) == 1 else outputs
     structure = graph.meta.get(STRUCTURE_META)
@@ -241,12 +244,12 @@ def _init_keywords(cls: type) -> set[str] | None:
     return {n for n in params if n != "self"} | {"name", "trainable", "dtype", "autocast", "input_dim"}
 
 
-
 def input_tensor(node: Node, names: _Names) -> Any:
     """The ``keras.Input`` of an input node (one made by the core has its shape and dtype
     on the node)."""
     spec = node.payload or {"batch_shape": node.output_shapes[0], "dtype": node.attrs.get("dtype", "float32")}
     return keras.Input(shape=spec["batch_shape"][1:], dtype=spec["dtype"], name=names.take(node.name))
+
 
 def _call(
     node: Node,
