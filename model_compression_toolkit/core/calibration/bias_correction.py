@@ -10,8 +10,15 @@ subtracting it from the bias gives the quantized layer the float layer's mean ou
 statistics of the node feeding the layer). This is MCT's ``weights_bias_correction``
 and the empirical bias correction of Nagel et al., "Data-Free Quantization Through
 Weight Equalization and Bias Correction" (ICCV 2019). For a convolution the sum runs
-over the kernel positions, which assumes every position sees the mean (padding at
-the borders does not).
+over the kernel positions; a position that the layer's zero padding covers at some outputs
+reads zeros there, so its mean counts only for the fraction of outputs where it reads the
+input (`tap_coverage`)::
+
+    b' = b - sum over input channels c and kernel positions k of (Wq - W)[c, k] * mean(x_c) * coverage[k]
+
+Taking every position to read the mean corrected a padded layer for values its border outputs
+never read: the digits CNN (3x3 convs with padding 1) gains 0.7 dB of output SQNR from
+counting the padding (29.9 -> 30.7 dB, bench/results/peers.md).
 
 The correction depends on the kernel's grid, so it is not stored: a node keeps only
 ``quant.input_mean`` and the corrected bias is computed wherever the quantized bias is
@@ -98,6 +105,9 @@ def corrected_bias(node: Node, quantized_kernel: np.ndarray) -> np.ndarray:
     if node.quant.input_mean is None:
         raise ValueError(f"{node.name}: its bias is corrected only once the input's mean is collected")
     delta = np.asarray(quantized_kernel, np.float64) - kernel
+    coverage = tap_coverage(node)
+    if coverage is not None:  # a kernel position over the padding reads zeros, not the mean
+        delta = delta * coverage
     shift = mean_shift(delta, node.kernel_axes["kernel"], node.kernel_in_axis["kernel"], _groups(node),
                        node.quant.input_mean)  # fmt: skip
     bias = node.weights["bias"]
@@ -133,6 +143,71 @@ def mean_shift(
     means = np.reshape(mean, (groups, in_per_group))  # group g's input channels
     group_of_output = np.arange(outputs) // (outputs // groups)
     return np.einsum("oi,oi->o", per_out, means[group_of_output])
+
+
+def _pair(value: object, n: int) -> tuple | None:
+    if isinstance(value, int):
+        return (value,) * n
+    if isinstance(value, (tuple, list)) and len(value) == n and all(isinstance(v, int) for v in value):
+        return tuple(value)
+    return None
+
+
+def tap_coverage(node: Node) -> np.ndarray | None:
+    """Per kernel position, the fraction of the output positions at which it reads the
+    input rather than the layer's own zero padding, shaped to broadcast against the
+    kernel; None when the layer pads nothing, pads with other values than zeros, or its
+    geometry is not known (every position is then taken to read the mean).
+
+    Along a spatial axis of input size ``I``, output size ``O``, kernel ``K``, stride
+    ``S``, dilation ``D`` and ``P`` zeros padded before, tap ``k`` reads the input at
+    ``o S - P + k D`` for output ``o``: inside for a fraction of the ``O`` outputs.
+    """
+    if node.kind != OpKind.CONV or node.attrs.get("transposed") or "Transpose" in str(node.layer_type):
+        return None
+    if node.attrs.get("padding_mode", "zeros") != "zeros":  # reflect, replicate, circular: data values
+        return None
+    kernel = node.weights["kernel"]
+    nd = kernel.ndim
+    out_axes = tuple(a % nd for a in node.kernel_axes["kernel"])
+    in_axis = node.kernel_in_axis["kernel"] % nd
+    spatial = [a for a in range(nd) if a not in out_axes and a != in_axis]
+    if not spatial or not node.input_shapes or not node.output_shapes or node.channel_axis is None:
+        return None
+    in_shape, out_shape = node.input_shapes[0], node.output_shapes[0]
+    if len(in_shape) != len(spatial) + 2 or len(out_shape) != len(in_shape):
+        return None
+    channel = node.channel_axis % len(in_shape)
+    dims = [d for d in range(1, len(in_shape)) if d != channel]
+    sizes_in, sizes_out = [in_shape[d] for d in dims], [out_shape[d] for d in dims]
+    if not all(isinstance(v, int) and v > 0 for v in sizes_in + sizes_out):
+        return None
+    n = len(spatial)
+    ks = tuple(int(kernel.shape[a]) for a in spatial)
+    strides = _pair(node.attrs.get("stride", node.attrs.get("strides", 1)), n)
+    dilation = _pair(node.attrs.get("dilation", node.attrs.get("dilation_rate", 1)), n)
+    padding = node.attrs.get("padding", 0)
+    if strides is None or dilation is None:
+        return None
+    if isinstance(padding, str):
+        if padding.lower() != "same":  # "valid" pads nothing; "causal" and others: not modelled
+            return None
+        before = tuple(
+            max((o - 1) * st + (k - 1) * dl + 1 - i, 0) // 2
+            for i, o, k, st, dl in zip(sizes_in, sizes_out, ks, strides, dilation)
+        )
+    else:
+        before = _pair(padding, n)
+        if before is None:
+            return None
+    coverage = np.ones([1] * nd)
+    for a, i, o, k, st, dl, pb in zip(spatial, sizes_in, sizes_out, ks, strides, dilation, before):
+        at = np.arange(o)[None, :] * st - pb + np.arange(k)[:, None] * dl
+        frac = ((at >= 0) & (at < i)).mean(axis=1)
+        shape = [1] * nd
+        shape[a] = k
+        coverage = coverage * frac.reshape(shape)
+    return None if np.all(coverage == 1.0) else coverage
 
 
 def _groups(node: Node) -> int:
