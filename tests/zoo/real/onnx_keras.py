@@ -15,7 +15,7 @@ which Keras cannot rebuild safely (nobuco's output; onnx2keras' too)::
     Add/Sub/Mul/Div/Pow/Sqrt, ReduceMean       -> keras.ops (a number stays a number)
     MaxPool/AveragePool/GlobalAveragePool      -> the pooling layers
     Resize (nearest, integer scales)           -> UpSampling2D
-    Concat, Split, Slice, Squeeze, Softmax     -> Concatenate, keras.ops.split, x[...],
+    Concat, Split, Slice, Squeeze, Softmax     -> Concatenate, x[a:b] per part, x[...],
                        keras.ops.squeeze, Softmax on the matching axis
     Reshape         -> Reshape (the target read from the model run by onnxruntime)
     MatMul by a constant (+ a constant bias)   -> Dense; MatMul of two tensors -> keras.ops.matmul
@@ -445,13 +445,17 @@ class _Builder:
         self.values[node.output[0]] = Value(layer(tensors), first.perm)
 
     def op_Split(self, node):
+        """One slice per part (``x[..., a:b]``), not ``keras.ops.split``: a node with one
+        output per part keeps every part its own node, as onnx2torch's getitems do."""
         value = self.dynamic(node.input[0])
         axis = _attrs(node).get("axis", 0) % value.rank
-        sizes = [self.run1[o].shape[axis] for o in node.output]
-        indices = list(np.cumsum(sizes)[:-1])
-        parts = self.keras.ops.split(value.tensor, [int(i) for i in indices], axis=value.perm[axis])
-        for out, part in zip(node.output, parts):
-            self.values[out] = Value(part, value.perm)
+        start = 0
+        for out in node.output:
+            size = self.run1[out].shape[axis]
+            index = [slice(None)] * value.rank
+            index[value.perm[axis]] = slice(start, start + size)
+            self.values[out] = Value(value.tensor[tuple(index)], value.perm)
+            start += size
 
     def op_Transpose(self, node):
         value = self.dynamic(node.input[0])
