@@ -15,7 +15,7 @@ quantizer):
          "channel_sqnr_worst_db", "high_error_channels_percent", "zero_rounded_percent",
          "clipped_percent", "channel_range_spread", "lost_input_channels_percent",
          "input_range_spread", "output_sqnr_db", "output_whole_db", "output_part",
-         "output_part_distinct", "output_probability", "cause"}],
+         "output_part_distinct", "output_probability", "output_ranked", "cause"}],
      "layers": [  # worst first: by output impact where measured, then by local SQNR
         {"rank", "name", "layer_type", "position", "is_output", "error_class", "role",
          "cosine_mean", "cosine_min", "worst_sample", "sqnr_db", "mse", "max_abs_error",
