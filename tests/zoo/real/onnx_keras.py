@@ -8,7 +8,7 @@ which Keras cannot rebuild safely (nobuco's output; onnx2keras' too)::
     Conv            -> Conv2D / DepthwiseConv2D ('same' where that pads as ONNX does, else
                        ZeroPadding2D then 'valid'); ``conv -> add(per-channel constant)``
                        becomes the conv's bias
-    ConvTranspose   -> Conv2DTranspose          BatchNormalization -> BatchNormalization
+    ConvTranspose   -> Conv2DTranspose (an add after it too) BatchNormalization -> BatchNormalization
     Relu, Sigmoid   -> ReLU, Activation         Clip(0, 6) -> ReLU(max_value=6)
     HardSigmoid     -> Activation("hard_sigmoid") (Keras': relu6(x + 3) / 6, slope 1/6; a
                        slope of 0.2 is folded into the conv before it)
@@ -19,6 +19,8 @@ which Keras cannot rebuild safely (nobuco's output; onnx2keras' too)::
                        keras.ops.squeeze, Softmax on the matching axis
     Reshape         -> Reshape (the target read from the model run by onnxruntime)
     MatMul by a constant (+ a constant bias)   -> Dense; MatMul of two tensors -> keras.ops.matmul
+    ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div (+ Mul, Add by constants): a layer norm
+                       written as ops -> LayerNormalization
     Transpose       -> nothing: the permutation is carried (below) until a tensor must be laid out
 
 Layout: NHWC inside. Every ONNX tensor is a Keras tensor and a permutation ``perm``: ONNX
@@ -216,6 +218,22 @@ class _Builder:
         )
         return "valid", padded(value_tensor)
 
+    def _bias_after(self, out: str, channels: int, bias: np.ndarray | None) -> tuple[np.ndarray | None, str]:
+        """``conv -> add(per-channel constant)`` (PaddlePaddle exports a conv's bias so): the
+        add becomes the conv's bias; (the bias, the add's output), or (``bias``, ``out``)."""
+        add = self.only_consumer(out)
+        if add is None or add.op_type != "Add":
+            return bias, out
+        other = [n for n in add.input if n != out]
+        c = self.static(other[0]) if len(other) == 1 else None
+        if c is None or not (
+            c.size == 1 or (3 <= c.ndim <= 4 and c.size == channels and c.shape[-3] == channels)
+        ):
+            return bias, out
+        self.skip.add(add.output[0])
+        total = (bias if bias is not None else 0.0) + np.broadcast_to(c.reshape(-1), (channels,))
+        return total.astype(np.float32), add.output[0]
+
     def op_Conv(self, node):
         keras = self.keras
         attrs = _attrs(node)
@@ -226,17 +244,7 @@ class _Builder:
         out_c, in_per_group, kh, kw = weight.shape
         groups = attrs.get("group", 1)
         out = node.output[0]
-        # conv -> add(per-channel constant): the add is the conv's bias
-        add = self.only_consumer(out)
-        if add is not None and add.op_type == "Add":
-            other = [n for n in add.input if n != out]
-            c = self.static(other[0]) if len(other) == 1 else None
-            if c is not None and (
-                c.size == 1 or (3 <= c.ndim <= 4 and c.size == out_c and c.shape[-3] == out_c)
-            ):
-                bias = (bias if bias is not None else 0.0) + np.broadcast_to(c.reshape(-1), (out_c,))
-                self.skip.add(add.output[0])
-                out = add.output[0]
+        bias, out = self._bias_after(out, out_c, bias)
         # a hard-sigmoid of slope a != 1/6 after it: the conv scaled by 6a, then Keras' hard_sigmoid
         hs = self.only_consumer(out)
         if hs is not None and hs.op_type == "HardSigmoid":
@@ -282,6 +290,7 @@ class _Builder:
         if any(attrs.get("pads", [0])) or attrs.get("group", 1) != 1 or any(attrs.get("output_padding", [0])):
             raise UnsupportedOnnx(f"{node.name}: padded, grouped or output-padded ConvTranspose")
         in_c, out_c, kh, kw = weight.shape
+        bias, out = self._bias_after(node.output[0], out_c, bias)
         layer = self.keras.layers.Conv2DTranspose(
             out_c,
             (kh, kw),
@@ -293,7 +302,7 @@ class _Builder:
         y = layer(self.laid_out(self.dynamic(node.input[0]), NHWC))
         kernel = weight.transpose(2, 3, 1, 0)
         layer.set_weights([kernel, bias] if bias is not None else [kernel])
-        self.values[node.output[0]] = Value(y, NHWC)
+        self.values[out] = Value(y, NHWC)
 
     def op_BatchNormalization(self, node):
         value = self.dynamic(node.input[0])
@@ -377,8 +386,71 @@ class _Builder:
     def op_Pow(self, node):
         self._binary(node, self.keras.ops.power)
 
+    def _layer_norm(self, mean: onnx.NodeProto) -> tuple[str, float, list[str]] | None:
+        """``x -> mean -> sub(x, .) = d -> pow(d, 2) -> mean -> add(eps) -> sqrt -> div(d, .)``
+        (PaddlePaddle's layer norm, exported op by op): (the div's output, eps, the nodes'
+        outputs), or None."""
+        x = mean.input[0]
+        users = self.consumers.get(mean.output[0], [])
+        if len(users) != 1 or users[0].op_type != "Sub" or list(users[0].input) != [x, mean.output[0]]:
+            return None
+        d = users[0].output[0]
+        kinds = {u.op_type: u for u in self.consumers.get(d, [])}
+        if sorted(kinds) != ["Div", "Pow"] or len(self.consumers[d]) != 2:
+            return None
+        chain, node = [], kinds["Pow"]
+        for op_type in ("Pow", "ReduceMean", "Add", "Sqrt", "Div"):
+            if node is None or node.op_type != op_type:
+                return None
+            chain.append(node)
+            node = self.only_consumer(node.output[0])
+        pow_, mean2, add, _, div = chain
+        eps = [self.static(n) for n in add.input if n != mean2.output[0]]
+        two = self.static(pow_.input[1])
+        if div is not kinds["Div"] and div.output[0] != kinds["Div"].output[0]:
+            return None
+        if two is None or float(two) != 2.0 or len(eps) != 1 or eps[0] is None or eps[0].size != 1:
+            return None
+        axes = [_attrs(n).get("axes") for n in (mean, mean2)]
+        if axes[0] != [-1] or axes[1] != [-1] or list(div.input) != [d, chain[3].output[0]]:
+            return None
+        return div.output[0], float(eps[0].reshape(())), [users[0].output[0], *(n.output[0] for n in chain)]
+
+    def _scale_or_shift(self, name: str, op_type: str, size: int) -> tuple[np.ndarray, str] | None:
+        """(the constant, the output) when ``name``'s only use multiplies or adds a constant
+        of ``size`` values along the last axis."""
+        node = self.only_consumer(name)
+        if node is None or node.op_type != op_type:
+            return None
+        others = [n for n in node.input if n != name]
+        c = self.static(others[0]) if len(others) == 1 else None
+        if c is None or c.size != size or c.shape[-1] != size:
+            return None
+        return c.reshape(-1).astype(np.float32), node.output[0]
+
     def op_ReduceMean(self, node):
         value = self.dynamic(node.input[0])
+        norm = self._layer_norm(node)
+        if norm is not None and value.perm[-1] == value.rank - 1:  # -> LayerNormalization
+            out, eps, inner = norm
+            size = self.run1[node.input[0]].shape[-1]
+            gamma, beta = np.ones(size, np.float32), np.zeros(size, np.float32)
+            scaled = self._scale_or_shift(out, "Mul", size)
+            if scaled is not None:
+                gamma, out = scaled[0], scaled[1]
+                inner.append(out)
+                shifted = self._scale_or_shift(out, "Add", size)
+                if shifted is not None:
+                    beta, out = shifted[0], shifted[1]
+                    inner.append(out)
+            layer = self.keras.layers.LayerNormalization(
+                axis=-1, epsilon=eps, name=self.name(node, "_layer_norm")
+            )
+            y = layer(value.tensor)
+            layer.set_weights([gamma, beta])
+            self.skip.update(inner)
+            self.values[out] = Value(y, value.perm)
+            return
         a = _attrs(node)
         axes = a.get("axes", list(range(value.rank)))
         keep = bool(a.get("keepdims", 1))
