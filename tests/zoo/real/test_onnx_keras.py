@@ -68,3 +68,10 @@ def test_the_keras_model_computes_what_onnxruntime_does(name):
     assert not [layer for layer in model.layers if isinstance(layer, keras.layers.Lambda)]
     rebuilt = keras.Model.from_config(model.get_config())
     assert len(rebuilt.layers) == len(model.layers)
+    # and the library's reader knows every one of them (none kept float for want of a rule)
+    from model_compression_toolkit.core.graph import OpKind
+    from model_compression_toolkit.keras import reader
+
+    graph, unsupported = reader.read(model, [np.ascontiguousarray(x[:1].transpose(0, 2, 3, 1))])
+    assert not unsupported, unsupported
+    assert not [n.name for n in graph.nodes() if n.kind == OpKind.UNKNOWN]
