@@ -2,6 +2,7 @@
 
     bash bench/peers.sh                              # builds .venv-peers, runs this, writes the table
     .venv-peers/bin/python bench/peers.py --models crepe_tiny,rnet --out /tmp/peers.md
+    bash bench/peers.sh --tools ours --qc weights_error_method=NOCLIPPING --out /tmp/nocl.md
 
 Every tool quantizes the same float model from the same calibration batches and is measured
 on the same held-out samples, in one process and with one torch:
@@ -18,6 +19,10 @@ on the same held-out samples, in one process and with one torch:
   ``convert_pt2e``; the Q/DQ graph runs in float, as a simulation of the integer model.
   (XNNPACKQuantizer moved to ExecuTorch and is not installed here.)
 - NNCF: ``nncf.quantize`` with its defaults on the same exported graph (its torch.fx backend).
+
+``--qc NAME=VALUE`` (repeatable) changes a ``QuantizationConfig`` field of our three runs
+(an enum by its member's name, ``true``/``false``, or a number): a candidate default is
+measured on every row with the same data.
 
 PTQ time is the wall time of the call that turns the float model into the quantized one
 (export and calibration included). Output SQNR is ``10 log10(sum f^2 / sum (q - f)^2)`` of
@@ -114,13 +119,32 @@ CASE_NAMES = ("crepe_tiny", "rnet", "onet", "digits_cnn", "resnet18")
 
 
 # ------------------------------------------------------------------ the tools
-def quantize_ours(model, calibration: list[np.ndarray], symmetric: bool = False, keep: tuple[str, ...] = ()):
-    """Our PTQ; ``keep``: layers whose outputs stay float (their weights are quantized)."""
+OURS_CONFIG: dict[str, object] = {}  # QuantizationConfig fields changed by --qc
+
+
+def config_value(name: str, text: str) -> object:
+    """``--qc``'s value for the field ``name``: an enum member by name, a bool, or a number."""
     import model_compression_toolkit as mct
 
-    qc = mct.core.QuantizationConfig()
+    enums = {"error_method": mct.core.QuantizationErrorMethod, "method": mct.core.QuantizationMethod}
+    for suffix, enum in enums.items():
+        if name.endswith(suffix):
+            return enum[text.upper()]
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return float(text) if any(c in text for c in ".einf") else int(text)
+
+
+def quantize_ours(model, calibration: list[np.ndarray], symmetric: bool = False, keep: tuple[str, ...] = ()):
+    """Our PTQ (with ``OURS_CONFIG``); ``keep``: layers whose outputs stay float (their weights
+    are quantized)."""
+    import model_compression_toolkit as mct
+
+    qc = mct.core.QuantizationConfig(**OURS_CONFIG)
     if symmetric:
-        qc = mct.core.QuantizationConfig(activation_quantization_method=mct.core.QuantizationMethod.SYMMETRIC)
+        qc = mct.core.QuantizationConfig(
+            **{**OURS_CONFIG, "activation_quantization_method": mct.core.QuantizationMethod.SYMMETRIC}
+        )
     config = mct.core.CoreConfig(
         quantization_config=qc,
         debug_config=mct.core.DebugConfig(analyze_similarity=False),
@@ -289,7 +313,19 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated: " + ", ".join(TOOLS))
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "peers.md"))
+    parser.add_argument(
+        "--qc",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a QuantizationConfig field of our runs",
+    )
     args = parser.parse_args(argv)
+    for item in args.qc:
+        name, _, text = item.partition("=")
+        if not text:
+            parser.error(f"--qc expects NAME=VALUE; got {item!r}")
+        OURS_CONFIG[name] = config_value(name, text)
     tools = tuple(t for t in args.tools.split(",") if t)
     unknown = [t for t in tools if t not in TOOLS]
     if unknown:
