@@ -280,13 +280,19 @@ def table(results: dict[str, dict], tools: tuple[str, ...]) -> str:
 
 def report(results: dict[str, dict], tools: tuple[str, ...]) -> str:
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    changed = ", ".join(f"{k}={getattr(v, 'name', v)}" for k, v in OURS_CONFIG.items())
     cpu = f"{platform.machine()}, {os.cpu_count()} CPUs"
     return (
         "# 8-bit PTQ: ours beside pt2e and NNCF\n\n"
         f"Measured {when} on {cpu}, {_versions()}, by `bash bench/peers.sh` (`make bench`). "
         "Output SQNR: quantized against float outputs on held-out samples (the lowest output of a "
         "model with several); PTQ time: the quantization call, calibration included. Method: "
-        "bench/peers.py's docstring.\n\n" + table(results, tools) + "\n\n" + READING
+        "bench/peers.py's docstring."
+        + (f" Our runs with QuantizationConfig({changed}), not the defaults." if changed else "")
+        + "\n\n"
+        + table(results, tools)
+        + "\n\n"
+        + READING
     )
 
 
