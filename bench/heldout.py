@@ -163,7 +163,8 @@ def _setting(name: str, model, representative, test, reference, setting: str) ->
     got = run(q_model, test)
     impact = measure_parts(output_parts(produced_graph(q_model)), [reference], [got])
     parts = ", ".join(
-        f"{p.label}{' (probabilities)' if p.probability else ''} {p.sqnr_db:.1f} dB" for p in impact.parts
+        f"{p.label or 'the output'}{' (probabilities)' if p.probability else ''} {p.sqnr_db:.1f} dB"
+        for p in impact.parts
     )
     return (
         setting,
