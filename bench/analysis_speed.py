@@ -12,9 +12,11 @@ loaded by other work slows them alike) and the median of ``--repeats`` runs is k
   analysis: comparison, per-quantizer impacts, suggested fix; TensorBoard files written).
 
 The ratios to the float pass are what issue 30 sets its target on (the analysis call
-under 10 float passes). The last analysis call of each size is timed phase by phase (the functions of `PHASES` wrapped with timers:
-inclusive seconds, and the model runs each phase makes), and ``--profile N`` runs it once
-more under cProfile and prints the top ``N`` functions by cumulative time.
+under 10 float passes). The last analysis call of each size is timed phase by phase (the
+functions of `PHASES` wrapped with timers: inclusive seconds, and the model runs, model
+builds, activation threshold searches and graph copies each phase makes, which do not
+depend on the machine's load), and ``--profile N`` runs it once more under cProfile and
+prints the top ``N`` functions by cumulative time.
 
 The model is the zoo's (`tests.zoo.real.cases`): the ONNX file of the rapidocr-onnxruntime
 wheel converted with onnx2torch; the lines are rendered by `tests.zoo.real.data` (seed 10,
@@ -61,6 +63,13 @@ PHASES = [
     ),
 ]
 FORWARD = ("model_compression_toolkit.pytorch.backend:PytorchBackend", "forward")
+# counted in the innermost phase, as the model runs are: the work that does not depend on
+# the machine's load (model builds, activation threshold searches, graph copies)
+COUNTED = [
+    ("builds", "model_compression_toolkit.pytorch.backend:PytorchBackend", "build"),
+    ("searches", "model_compression_toolkit.core.calibration.thresholds", "fill_activation_config"),
+    ("copies", "model_compression_toolkit.core.graph:Graph", "copy"),
+]
 
 
 class Phases:
@@ -70,6 +79,7 @@ class Phases:
     def __init__(self) -> None:
         self.seconds = {label: 0.0 for label, _, _ in PHASES}
         self.runs = {label: [0, 0, 0.0] for label, _, _ in [("(outside)", "", ""), *PHASES]}
+        self.counts = {label: dict.fromkeys([c for c, _, _ in COUNTED], 0) for label in self.runs}
         self._stack: list[str] = []
         self._saved: list = []
 
@@ -105,10 +115,35 @@ class Phases:
         self._saved.append((owner, attr, original))
         setattr(owner, attr, timed)
 
+    def _count(self, owner, attr: str, counter: str) -> None:
+        """Count the calls of ``owner.attr`` in the innermost phase, wherever it was
+        imported by name (``from thresholds import fill_activation_config``)."""
+        original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        phases = self
+
+        def counted(*args, **kwargs):
+            phases.counts[phases._stack[-1] if phases._stack else "(outside)"][counter] += 1
+            return original(*args, **kwargs)
+
+        holders = [owner]
+        if not isinstance(owner, type):
+            holders += [
+                m
+                for name, m in list(sys.modules.items())
+                if name.startswith("model_compression_toolkit")
+                and m is not owner
+                and getattr(m, attr, None) is original
+            ]
+        for holder in holders:
+            self._saved.append((holder, attr, original))
+            setattr(holder, attr, counted)
+
     def __enter__(self) -> Phases:
         for label, path, attr in PHASES:
             self._wrap(self._owner(path), attr, label)
         self._wrap(self._owner(FORWARD[0]), FORWARD[1], None)
+        for counter, path, attr in COUNTED:
+            self._count(self._owner(path), attr, counter)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -117,12 +152,17 @@ class Phases:
         self._saved.clear()
 
     def table(self, float_pass: float) -> str:
-        rows = [f"    {'phase':<48} {'s':>7} {'x float':>8} {'runs':>5} {'samples':>8} {'run s':>7}"]
+        names = [c for c, _, _ in COUNTED]
+        rows = [
+            f"    {'phase':<48} {'s':>7} {'x float':>8} {'runs':>5} {'samples':>8} {'run s':>7}"
+            + "".join(f" {c:>8}" for c in names)
+        ]
         for label in ["(outside)", *self.seconds]:
             seconds = self.seconds.get(label, 0.0)
             n, samples, run_s = self.runs[label]
             rows.append(
                 f"    {label:<48} {seconds:7.2f} {seconds / float_pass:8.1f} {n:5d} {samples:8d} {run_s:7.2f}"
+                + "".join(f" {self.counts[label][c]:8d}" for c in names)
             )
         return "\n".join(rows)
 
@@ -236,7 +276,8 @@ def main() -> None:
             print("  phases of the last analysis call (x float: over the median float pass):")
             print(timed.table(f))
             print(
-                "  (runs: model runs inside the phase and not inside a phase below it; samples: their samples)"
+                "  (runs: model runs inside the phase and not inside a phase below it; samples: their samples;"
+                " builds, searches, copies: models built, activation threshold searches, graph copies, likewise)"
             )
         if args.profile:
             profile = cProfile.Profile()
