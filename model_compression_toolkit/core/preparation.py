@@ -44,7 +44,7 @@ class QuantizationEdit(Protocol):
 
 def prepare_graph(graph: Graph, config: QuantizationConfig, keep_float: Sequence[KeepFloat] = ()) -> Graph:
     """Run every preparation transform in place and return the graph."""
-    for transform in (remove_no_ops, fold_batch_norms):
+    for transform in (remove_no_ops, fold_constant_adds, fold_batch_norms, fold_constant_adds):
         transform(graph)
         graph.validate()
     assign_quantization(graph, config, keep_float)
@@ -102,6 +102,73 @@ def fold_batch_norms(graph: Graph) -> None:
         graph.redirect_uses(bn.name, prev.name)
         graph.remove_edge(graph.in_edges(bn.name)[0])
         graph.remove_node(bn.name)
+
+
+def _per_channel_constant(graph: Graph, node: Node, prev: Node) -> tuple[str, np.ndarray] | None:
+    """The constant input of ``node`` (an add of ``prev``'s output and a constant, or a
+    subtraction of a constant from it) as one value per output channel of ``prev``, with the
+    constant's node name; None when it is not one (it broadcasts along other axes too)."""
+    edges = graph.in_edges(node.name)
+    if len(edges) != 2 or not prev.output_shapes or prev.channel_axis is None:
+        return None
+    const = next((e for e in edges if e.src != prev.name), None)
+    if const is None or graph.node(const.src).kind != OpKind.CONSTANT:
+        return None
+    if node.kind == OpKind.SUB and const.dst_index != 1:
+        return None  # ``c - x`` negates x: not a shift
+    value = graph.node(const.src).weights.get("value")
+    shape = prev.output_shapes[0]
+    if value is None or not np.issubdtype(value.dtype, np.floating) or value.ndim > len(shape):
+        return None
+    axis = prev.channel_axis % len(shape)
+    full = (1,) * (len(shape) - value.ndim) + value.shape
+    channels = shape[axis]
+    if any(size != 1 for a, size in enumerate(full) if a != axis) or full[axis] not in (1, channels):
+        return None
+    per_channel = np.broadcast_to(value.reshape(full[axis]), (channels,)).astype(np.float64)
+    return const.src, -per_channel if node.kind == OpKind.SUB else per_channel
+
+
+def fold_constant_adds(graph: Graph) -> None:
+    """Fold a constant added to (or subtracted from) a conv's or dense layer's output, one
+    value per output channel, into the layer's bias: an exporter that writes a layer's bias
+    as a separate add (PaddlePaddle's, through ONNX and onnx2torch) left the layer's output a
+    grid of its own before the add rounded it again::
+
+        conv -> add(c) -> next      becomes      conv' -> next, bias' = bias + c
+
+    Exact in float. The layer must feed only the add, with no activation of its own.
+    """
+    for node in graph.find((OpKind.ADD, OpKind.SUB)):
+        ins = graph.in_edges(node.name)
+        prev = next(
+            (graph.node(e.src) for e in ins if e.src_index == 0 and graph.node(e.src).kind in _FOLDABLE), None
+        )
+        if (
+            prev is None
+            or prev.fused_activation is not None
+            or graph.consumers_count(prev.name) != 1
+            or "kernel" not in prev.weights
+            or not prev.kernel_axes.get("kernel")
+            or node.output_shapes[:1] != prev.output_shapes[:1]
+        ):
+            continue
+        found = _per_channel_constant(graph, node, prev)
+        if found is None:
+            continue
+        const, shift = found
+        kernel = prev.weights["kernel"]
+        bias = prev.weights.get("bias", np.zeros(shift.size, dtype=kernel.dtype))
+        if bias.size != shift.size:
+            continue
+        prev.weights["bias"] = (bias.astype(np.float64) + shift).astype(kernel.dtype)
+        prev.origin = prev.origin + node.origin
+        graph.redirect_uses(node.name, prev.name)
+        for edge in graph.in_edges(node.name):
+            graph.remove_edge(edge)
+        graph.remove_node(node.name)
+        if not graph.out_edges(const) and not graph.is_output(const):
+            graph.remove_node(const)
 
 
 def _fused_into(graph: Graph, node: Node) -> Node | None:

@@ -1,0 +1,87 @@
+"""A constant added to a conv's or linear layer's output, one value per output channel, is
+folded into the layer's bias (`preparation.fold_constant_adds`): PaddlePaddle's exporter
+writes every conv bias as a separate ``Add`` (PP-OCR through ONNX and onnx2torch), which
+gave the conv's output a grid of its own before the add rounded it again.
+
+PyTorch only: its reader keeps such a constant as a graph node (``get_attr``), while a Keras
+model holds it inside the ``keras.ops`` call (and a Keras conv has its bias)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import model_compression_toolkit as mct
+from model_compression_toolkit.core.config import QuantizationConfig
+from model_compression_toolkit.core.graph import OpKind
+from model_compression_toolkit.core.preparation import prepare_graph
+from model_compression_toolkit.pipeline.backends import get_backend
+
+
+class _BiasAsAdd(nn.Module):
+    """``conv(bias=False) -> + c -> relu -> pool -> linear(bias=False) -> - d``: each bias
+    written as a separate op, as PaddlePaddle's exporter writes them."""
+
+    def __init__(self, shift_shape: tuple[int, ...] = (1, 8, 1, 1)) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.register_buffer("c", torch.randn(shift_shape))
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 5, bias=False)
+        self.register_buffer("d", torch.randn(1, 5))
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x) + self.c)
+        return self.fc(torch.flatten(self.pool(y), 1)) - self.d
+
+
+def _x() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((4, 3, 12, 12)).astype(np.float32)
+
+
+def _prepared(model: nn.Module):
+    backend = get_backend(model)
+    graph, _ = backend.read(model, [_x()])
+    return backend, prepare_graph(graph, QuantizationConfig())
+
+
+def test_a_per_channel_add_and_subtract_fold_into_the_bias_exactly():
+    model = _BiasAsAdd().eval()
+    backend, graph = _prepared(model)
+    kinds = [n.kind for n in graph.nodes()]
+    assert OpKind.ADD not in kinds and OpKind.SUB not in kinds and OpKind.CONSTANT not in kinds
+    conv, fc = graph.node("conv"), graph.node("fc")
+    np.testing.assert_allclose(conv.weights["bias"], model.c.numpy().reshape(-1), rtol=1e-6)
+    np.testing.assert_allclose(fc.weights["bias"], -model.d.numpy().reshape(-1), rtol=1e-6)
+    assert conv.origin[-1] == "add" and fc.origin[-1] == "sub"
+    with torch.no_grad():
+        want = model(torch.from_numpy(_x())).numpy()
+    got = backend.forward(backend.build(graph, quantized=False), [_x()])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_folded_conv_has_no_grid_of_its_own():
+    """Before, conv's output had an 8-bit grid and the add's output another."""
+    mct.set_log_folder(None)
+    model = _BiasAsAdd().eval()
+    q, _ = mct.ptq.pytorch_post_training_quantization(model, lambda: iter([[_x()]]))
+    quantized = {n.replace("_activation_quant", "") for n, _ in q.named_modules() if n.endswith("_activation_quant")}
+    assert "conv" not in quantized and "add" not in quantized
+    with torch.no_grad():
+        want = model(torch.from_numpy(_x())).numpy()
+        got = q(torch.from_numpy(_x())).numpy()
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 8, 12, 12), (1, 1, 1, 12)],  # varies along the map / along the width: not a bias
+)
+def test_a_constant_that_is_not_one_per_channel_stays_an_add(shape):
+    model = _BiasAsAdd(shape).eval()
+    backend, graph = _prepared(model)
+    assert "add" in {n.name for n in graph.nodes()}
+    assert "bias" not in graph.node("conv").weights
