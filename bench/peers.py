@@ -11,9 +11,12 @@ on the same held-out samples, in one process and with one torch:
   similarity analysis); once more with ``activation_quantization_method=SYMMETRIC`` (every
   activation on a symmetric grid searched for the least error, each on its own grid, the
   outputs included: the default before the grid was chosen per activation, the "before"
-  column); and once with the model's outputs kept float (``KeepFloat``, weights still
-  quantized), the scope pt2e's and NNCF's default quantizers have: they quantize the inputs of
-  conv and linear layers, not the outputs of the last ones.
+  column); once with the model's outputs kept float (``KeepFloat``, weights still
+  quantized); and once at the peers' scope (`peer_scope_float`): every activation kept float
+  but the inputs of conv, linear and average pooling layers, the ones pt2e's
+  X86InductorQuantizer and NNCF quantize (NNCF the inputs of an add too), weights still
+  quantized. Both keep-float sets are read from the graph of our default run, by one rule for
+  every model.
 - pt2e: ``torch.export`` -> torchao's ``prepare_pt2e`` with the ``X86InductorQuantizer``
   default (per-tensor affine uint8 activations, per-channel int8 weights) -> calibration ->
   ``convert_pt2e``; the Q/DQ graph runs in float, as a simulation of the integer model.
@@ -23,6 +26,12 @@ on the same held-out samples, in one process and with one torch:
 ``--qc NAME=VALUE`` (repeatable) changes a ``QuantizationConfig`` field of our three runs
 (an enum by its member's name, ``true``/``false``, or a number): a candidate default is
 measured on every row with the same data.
+
+The table after the results counts each tool's activation grids: ours, the quantizers that
+choose their own grid (a ReLU or max pooling that shares its input's grid counts once);
+pt2e's and NNCF's, the ``quantize_per_tensor`` ops on activations in the converted graph,
+but one that rounds again onto the grid its input was dequantized from (pt2e's average
+pooling). The run prints where each sits.
 
 PTQ time is the wall time of the call that turns the float model into the quantized one
 (export and calibration included). Output SQNR is ``10 log10(sum f^2 / sum (q - f)^2)`` of
@@ -49,11 +58,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # our package, tests.zoo.real and tutorials from this source tree
 
-TOOLS = ("ours_symmetric", "ours", "ours_outputs_float", "pt2e", "nncf")
+TOOLS = ("ours_symmetric", "ours", "ours_outputs_float", "ours_peer_scope", "pt2e", "nncf")
 HEADERS = {
     "ours_symmetric": "ours, symmetric activations (before)",
     "ours": "ours (default)",
     "ours_outputs_float": "ours, model outputs float",
+    "ours_peer_scope": "ours, the peer's scope",
     "pt2e": "pt2e X86",
     "nncf": "NNCF",
 }
@@ -188,14 +198,93 @@ def quantize_nncf(model, calibration: list[np.ndarray]):
     return nncf.quantize(_exported(model, calibration), dataset, subset_size=len(calibration))
 
 
-def _output_layers(case: Case) -> tuple[str, ...]:
+def _default_graph(case: Case):
+    """The graph our default PTQ quantized the model as (node names, quantizers, shared grids)."""
+    from model_compression_toolkit.pipeline.session import produced_graph
+
+    return produced_graph(quantize_ours(case.build(), case.calibration))
+
+
+def output_layers(graph) -> tuple[str, ...]:
     """The layers computing the model's outputs, as our PTQ names them: pt2e's and NNCF's
     default quantizers leave the outputs of the last layers float; ours quantizes them, as
     MCT does, unless they are kept float."""
+    return tuple(dict.fromkeys(name for name, _ in graph.outputs))
+
+
+def _passes_grid_on(node) -> bool:
+    """Whether ``node`` hands its input's values on unrounded again: an op that only moves
+    them (a reshape, a pad) or only selects them (a max pooling or plain ReLU, which shares one
+    grid with its input's quantizer in ours and propagates the input's grid in pt2e)."""
+    from model_compression_toolkit.core.calibration.shared_grids import selects_values
+    from model_compression_toolkit.core.graph import VALUE_PRESERVING
+
+    return node.kind in VALUE_PRESERVING or selects_values(node)
+
+
+def _reads_quantized(node) -> bool:
+    """Whether the peers quantize ``node``'s input: a conv or linear layer, or an average
+    pooling (one of X86InductorQuantizer's int8-in-int8-out ops, and of NNCF's quantizable ones)."""
+    from model_compression_toolkit.core.graph import WEIGHTED, OpKind
+
+    return node.kind in WEIGHTED or (node.kind == OpKind.POOL and "avg" in node.layer_type.lower())
+
+
+def _read_quantized(graph, node) -> bool:
+    """Whether an op the peers quantize the input of (`_reads_quantized`) reads ``node``'s
+    output, directly or through ops that pass it on (`_passes_grid_on`)."""
+    return any(
+        _reads_quantized(user) or (_passes_grid_on(user) and _read_quantized(graph, user))
+        for user in graph.successors(node.name)
+    )
+
+
+def peer_scope_float(graph) -> tuple[str, ...]:
+    """Our quantized outputs that pt2e's X86InductorQuantizer and NNCF leave float: every one
+    that no conv, linear or average pooling layer reads (a ReLU before a batch norm, a sigmoid
+    or softmax output, a box regression output...)::
+
+        x(q) -> pad -> conv -> relu(float) -> bn(q, one grid with the pool) -> pool -> conv
+
+    An output that a conv reads and an add too (a residual block's) stays quantized: the rule
+    selects layers, not edges. NNCF quantizes the inputs of an add as well (pt2e fuses
+    ``conv -> add`` and quantizes the other input only): not this rule.
+    """
+    return tuple(
+        node.name
+        for node in graph.nodes()
+        if node.quant.activation is not None and not _read_quantized(graph, node)
+    )
+
+
+def activation_grids(q_model) -> list[str]:
+    """Where ``q_model`` rounds activations onto a grid of their own: our quantizers that do
+    not share another's grid, or the sources of a torch.fx graph's ``quantize_per_tensor`` ops
+    on activations (pt2e, NNCF) but those that round again onto the grid their input was
+    dequantized from (pt2e's int8-in-int8-out ops: ``dq(s) -> avgpool -> q(s)``)."""
     from model_compression_toolkit.pipeline.session import produced_graph
 
-    graph = produced_graph(quantize_ours(case.build(), case.calibration))
-    return tuple(dict.fromkeys(name for name, _ in graph.outputs))
+    graph = produced_graph(q_model)
+    if graph is not None:
+        return [
+            n.name
+            for n in graph.nodes()
+            if n.quant.activation is not None and n.quant.activation.grid_from is None
+        ]
+
+    def same_grid(quantize, source) -> bool:
+        inputs = [n for n in source.all_input_nodes if "dequantize_per_tensor" in str(n.target)]
+        return len(inputs) == 1 and tuple(inputs[0].args[1:3]) == tuple(quantize.args[1:3])
+
+    return [
+        node.args[0].name
+        for node in q_model.graph.nodes
+        if node.op == "call_function"
+        and "quantize_per_tensor" in str(node.target)
+        and "dequantize" not in str(node.target)
+        and node.args[0].op != "get_attr"
+        and not same_grid(node, node.args[0])
+    ]
 
 
 def _outputs(model, x: np.ndarray, batch: int) -> list[np.ndarray]:
@@ -219,22 +308,28 @@ def sqnr_db(reference: list[np.ndarray], quantized: list[np.ndarray]) -> float:
     return float(min(values))
 
 
-def measure(name: str, tools: tuple[str, ...]) -> dict[str, tuple[float, float] | str]:
-    """tool -> (PTQ seconds, output SQNR dB), or the error's last line."""
+def measure(name: str, tools: tuple[str, ...]) -> dict[str, tuple[float, float, int] | str]:
+    """tool -> (PTQ seconds, output SQNR dB, activation grids), or the error's last line."""
     import torch
 
     case = make_case(name)
     batch = len(case.calibration[0])  # the exported graphs take this batch size only
     reference = _outputs(case.build(), case.held_out, batch)
-    keep = _output_layers(case) if "ours_outputs_float" in tools else ()  # found before the timing
+    needs_graph = {"ours_outputs_float", "ours_peer_scope"} & set(tools)
+    graph = _default_graph(case) if needs_graph else None  # the keep-float sets, before the timing
+    keep = output_layers(graph) if "ours_outputs_float" in tools else ()
+    peer_keep = peer_scope_float(graph) if "ours_peer_scope" in tools else ()
+    if peer_keep:
+        print(f"{name:12s} at the peers' scope, float: {', '.join(peer_keep)}", flush=True)
     runs = {
         "ours_symmetric": lambda m: quantize_ours(m, case.calibration, symmetric=True),
         "ours": lambda m: quantize_ours(m, case.calibration),
         "ours_outputs_float": lambda m: quantize_ours(m, case.calibration, keep=keep),
+        "ours_peer_scope": lambda m: quantize_ours(m, case.calibration, keep=peer_keep),
         "pt2e": lambda m: quantize_pt2e(m, case.calibration),
         "nncf": lambda m: quantize_nncf(m, case.calibration),
     }
-    results: dict[str, tuple[float, float] | str] = {}
+    results: dict[str, tuple[float, float, int] | str] = {}
     for tool in tools:
         torch.manual_seed(0)
         model = case.build()
@@ -242,7 +337,9 @@ def measure(name: str, tools: tuple[str, ...]) -> dict[str, tuple[float, float] 
             start = time.perf_counter()
             q_model = runs[tool](model)
             seconds = time.perf_counter() - start
-            results[tool] = (seconds, sqnr_db(reference, _outputs(q_model, case.held_out, batch)))
+            grids = activation_grids(q_model)
+            results[tool] = (seconds, sqnr_db(reference, _outputs(q_model, case.held_out, batch)), len(grids))
+            print(f"{name:12s} {tool:15s} {len(grids)} activation grids: {', '.join(grids)}", flush=True)
         except Exception as err:  # a peer that cannot take the model is reported, not fatal
             traceback.print_exc()
             results[tool] = (
@@ -278,6 +375,15 @@ def table(results: dict[str, dict], tools: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
+def grid_table(results: dict[str, dict], tools: tuple[str, ...]) -> str:
+    """Markdown: one row per model, each tool's number of activation grids."""
+    lines = ["| model | " + " | ".join(HEADERS[t] for t in tools) + " |", "|---|" + "---|" * len(tools)]
+    for name, row in results.items():
+        cells = ["-" if isinstance(row[t], str) else str(row[t][2]) for t in tools]
+        lines.append(f"| {make_case(name).note} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def report(results: dict[str, dict], tools: tuple[str, ...]) -> str:
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     changed = ", ".join(f"{k}={getattr(v, 'name', v)}" for k, v in OURS_CONFIG.items())
@@ -291,15 +397,18 @@ def report(results: dict[str, dict], tools: tuple[str, ...]) -> str:
         + (f" Our runs with QuantizationConfig({changed}), not the defaults." if changed else "")
         + "\n\n"
         + table(results, tools)
+        + "\n\nActivation grids (bench/peers.py's docstring says what is counted):\n\n"
+        + grid_table(results, tools)
         + "\n\n"
         + READING
     )
 
 
 READING = """Reading the table: the quantizers differ in scope as well as in grids. pt2e's
-X86InductorQuantizer and NNCF's defaults quantize the inputs of conv and linear layers (and
-what fuses with them); the outputs of the last layers stay float. Ours, as MCT, quantizes every
-activation, the model's outputs included: an integer-only target gets integers throughout.
+X86InductorQuantizer and NNCF's defaults quantize the inputs of conv, linear and average
+pooling layers (NNCF those of an add too); the outputs of the last layers stay float. Ours,
+as MCT, quantizes every activation, the model's outputs included: an integer-only target gets
+integers throughout.
 By default a max pooling or a ReLU shares one grid with its input's quantizer (the rounding
 commutes with them: one rounding, exact on integers), each range is the widest within 20 % of
 the least calibration error (a range clipped to the error's minimum on 32 samples clipped
@@ -307,8 +416,14 @@ held-out values: ONet lost 2.4 dB so), and a model output is not clipped and lea
 its calibration values by the spread of the most extreme ones (RNet's box offsets reach 0.33
 on held-out faces against 0.26 in calibration). Bias correction counts the zeros a padded
 conv reads at its borders (the digits CNN's 3x3 convs with padding 1: 29.9 -> 30.7 dB). The
-"model outputs float" column removes the scope difference. PTQ times are wall times on a
-shared machine: compare them within a row only.
+"model outputs float" column keeps only the model's outputs float. "The peer's scope" keeps
+float every activation that no conv, linear or average pooling layer reads (through the
+reshapes, pads, max poolings and ReLUs that pass a grid on): the activations pt2e and NNCF
+leave float, with one exception, NNCF on ResNet-18, which also quantizes both inputs of each
+residual add; there its 30 grids sit where the "model outputs float" column's 30 do. The grid
+table counts each tool's grids (the run prints where each sits); pt2e's digits CNN count is
+one lower because its average pooling rounds again onto its input's grid, where ours chooses
+one of its own. PTQ times are wall times on a shared machine: compare them within a row only.
 """
 
 
