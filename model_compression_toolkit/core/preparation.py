@@ -104,6 +104,39 @@ def fold_batch_norms(graph: Graph) -> None:
         graph.remove_node(bn.name)
 
 
+def _constant_value(graph: Graph, name: str) -> np.ndarray | None:
+    """The value of node ``name`` when it is a constant, or a reshape of a constant vector
+    by constants (ONNX's ``Reshape(bias, [1, C, 1, 1])``); else None."""
+    node = graph.node(name)
+    if node.kind == OpKind.CONSTANT:
+        return node.weights.get("value")
+    ins = graph.in_edges(name)
+    if node.kind != OpKind.RESHAPE or not ins or not node.output_shapes or node.output_shapes[0] is None:
+        return None
+    if any(graph.node(e.src).kind != OpKind.CONSTANT for e in ins):
+        return None
+    data = next((e for e in ins if e.dst_index == 0), None)
+    value = None if data is None else graph.node(data.src).weights.get("value")
+    target = tuple(1 if d is None else int(d) for d in node.output_shapes[0])
+    # a vector (one axis over 1) keeps its order through any reshape or transpose
+    if value is None or sum(d != 1 for d in value.shape) > 1 or int(np.prod(target)) != value.size:
+        return None
+    return value.reshape(target)
+
+
+def _remove_unused_constants(graph: Graph, name: str) -> None:
+    """Remove node ``name`` (a constant, or a reshape of constants) and its constant inputs
+    where nothing uses them any more."""
+    if graph.out_edges(name) or graph.is_output(name):
+        return
+    sources = [e.src for e in graph.in_edges(name)]
+    for edge in graph.in_edges(name):
+        graph.remove_edge(edge)
+    graph.remove_node(name)
+    for source in sources:
+        _remove_unused_constants(graph, source)
+
+
 def _per_channel_constant(graph: Graph, node: Node, prev: Node) -> tuple[str, np.ndarray] | None:
     """The constant input of ``node`` (an add of ``prev``'s output and a constant, or a
     subtraction of a constant from it) as one value per output channel of ``prev``, with the
@@ -112,11 +145,9 @@ def _per_channel_constant(graph: Graph, node: Node, prev: Node) -> tuple[str, np
     if len(edges) != 2 or not prev.output_shapes or prev.channel_axis is None:
         return None
     const = next((e for e in edges if e.src != prev.name), None)
-    if const is None or graph.node(const.src).kind != OpKind.CONSTANT:
-        return None
-    if node.kind == OpKind.SUB and const.dst_index != 1:
+    if const is None or (node.kind == OpKind.SUB and const.dst_index != 1):
         return None  # ``c - x`` negates x: not a shift
-    value = graph.node(const.src).weights.get("value")
+    value = _constant_value(graph, const.src)
     shape = prev.output_shapes[0]
     if value is None or not np.issubdtype(value.dtype, np.floating) or value.ndim > len(shape):
         return None
@@ -132,8 +163,9 @@ def _per_channel_constant(graph: Graph, node: Node, prev: Node) -> tuple[str, np
 def fold_constant_adds(graph: Graph) -> None:
     """Fold a constant added to (or subtracted from) a conv's or dense layer's output, one
     value per output channel, into the layer's bias: an exporter that writes a layer's bias
-    as a separate add (PaddlePaddle's, through ONNX and onnx2torch) left the layer's output a
-    grid of its own before the add rounded it again::
+    as a separate add (PaddlePaddle's, through ONNX and onnx2torch, as ``Add(conv,
+    Reshape(bias, [1, C, 1, 1]))``) left the layer's output a grid of its own before the
+    add rounded it again::
 
         conv -> add(c) -> next      becomes      conv' -> next, bias' = bias + c
 
@@ -167,8 +199,7 @@ def fold_constant_adds(graph: Graph) -> None:
         for edge in graph.in_edges(node.name):
             graph.remove_edge(edge)
         graph.remove_node(node.name)
-        if not graph.out_edges(const) and not graph.is_output(const):
-            graph.remove_node(const)
+        _remove_unused_constants(graph, const)
 
 
 def _fused_into(graph: Graph, node: Node) -> Node | None:

@@ -24,8 +24,9 @@ class _BiasAsAdd(nn.Module):
     """``conv(bias=False) -> + c -> relu -> pool -> linear(bias=False) -> - d``: each bias
     written as a separate op, as PaddlePaddle's exporter writes them."""
 
-    def __init__(self, shift_shape: tuple[int, ...] = (1, 8, 1, 1)) -> None:
+    def __init__(self, shift_shape: tuple[int, ...] = (1, 8, 1, 1), reshaped: bool = False) -> None:
         super().__init__()
+        self.reshaped = reshaped
         torch.manual_seed(0)
         self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
         self.register_buffer("c", torch.randn(shift_shape))
@@ -34,7 +35,8 @@ class _BiasAsAdd(nn.Module):
         self.register_buffer("d", torch.randn(1, 5))
 
     def forward(self, x):
-        y = torch.relu(self.conv(x) + self.c)
+        c = self.c.reshape(-1).reshape(1, -1, 1, 1) if self.reshaped else self.c  # ONNX: Reshape(bias, shape)
+        y = torch.relu(self.conv(x) + c)
         return self.fc(torch.flatten(self.pool(y), 1)) - self.d
 
 
@@ -48,11 +50,12 @@ def _prepared(model: nn.Module):
     return backend, prepare_graph(graph, QuantizationConfig())
 
 
-def test_a_per_channel_add_and_subtract_fold_into_the_bias_exactly():
-    model = _BiasAsAdd().eval()
+@pytest.mark.parametrize("reshaped", [False, True])
+def test_a_per_channel_add_and_subtract_fold_into_the_bias_exactly(reshaped):
+    model = _BiasAsAdd(reshaped=reshaped).eval()
     backend, graph = _prepared(model)
     kinds = [n.kind for n in graph.nodes()]
-    assert OpKind.ADD not in kinds and OpKind.SUB not in kinds and OpKind.CONSTANT not in kinds
+    assert not {OpKind.ADD, OpKind.SUB, OpKind.CONSTANT, OpKind.RESHAPE} & {k for k, n in zip(kinds, graph.nodes()) if n.name != "flatten"}
     conv, fc = graph.node("conv"), graph.node("fc")
     np.testing.assert_allclose(conv.weights["bias"], model.c.numpy().reshape(-1), rtol=1e-6)
     np.testing.assert_allclose(fc.weights["bias"], -model.d.numpy().reshape(-1), rtol=1e-6)
