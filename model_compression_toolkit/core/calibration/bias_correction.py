@@ -197,9 +197,10 @@ def tap_coverage(node: Node) -> np.ndarray | None:
             for i, o, k, st, dl in zip(sizes_in, sizes_out, ks, strides, dilation)
         )
     else:
-        before = _pair(padding, n)
-        if before is None:
+        pairs = _pair(padding, n)
+        if pairs is None:
             return None
+        before = pairs
     coverage = np.ones([1] * nd)
     for a, i, o, k, st, dl, pb in zip(spatial, sizes_in, sizes_out, ks, strides, dilation, before):
         at = np.arange(o)[None, :] * st - pb + np.arange(k)[:, None] * dl

@@ -55,6 +55,7 @@ import copy
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import numpy as np
 
@@ -115,7 +116,8 @@ class _Search:
         # each candidate's graph made once (its grids of more bits chosen once per activation),
         # and measured once: a fix whose margin was measured is judged on that run
         self.stats = stats if isinstance(stats, SearchStats) else SearchStats(stats)
-        self.probe = MeasuredOnce(probe)
+        # MeasuredOnce answers every ImpactProbe call (by delegation), the graph-wide impact from memory
+        self.probe = cast(ImpactProbe, MeasuredOnce(probe))
         self.before = probe.output_sqnr_db(graph)
         self.metric_before = (
             menu.metric.score(probe.backend.build(graph, quantized=True)) if menu.metric is not None else None
