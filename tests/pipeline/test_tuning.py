@@ -45,7 +45,7 @@ def damaged(fw, trained_digits):
     return bad, culprit, representative_dataset(x_train), evaluate
 
 
-def test_tuning_keeps_the_damaged_layer_float_and_logs_every_trial(fw, trained_digits, tmp_path):
+def test_tuning_fixes_the_damaged_layer_and_logs_every_trial(fw, trained_digits, tmp_path):
     bad, culprit, gen, evaluate = damaged(fw, trained_digits)
     mct.set_log_folder(tmp_path)
     # 4 points (16 of 397 test images): plain PTQ drops about 50 (PyTorch) and 68 (Keras),
@@ -60,15 +60,20 @@ def test_tuning_keeps_the_damaged_layer_float_and_logs_every_trial(fw, trained_d
     assert tuning.trials[0].drop > 4.0 and best.drop <= 4.0
     assert evaluate(q_model) == pytest.approx(best.score)
     # trial 2 is the report's fix judged by evaluate: the cheapest that gives the score back.
-    # Equalizing the culprit's channels keeps nothing float; where that does not restore the
-    # score, the culprit's weights are kept float (the report's cause), never anything else.
+    # Equalizing the culprit's channels or giving its weights more bits keeps nothing float;
+    # where neither restores the score, the culprit's weights are kept float (the report's
+    # cause), never anything else.
     second = tuning.trials[1]
     assert not second.kept_activations and set(second.kept_weights) <= {culprit}, tuning.summary()
+    assert set(second.weight_bits) <= {culprit} and not second.activation_bits, tuning.summary()
     if second.kept_weights:
         assert second.added == [f"{culprit} (weights)"], tuning.summary()
         assert culprit in best.kept_weights and culprit not in best.kept_activations, tuning.summary()
         assert info.layers[culprit].weights_float_reason == KEPT_FLOAT and info.layers[culprit].weights == {}
         assert not info.similarity.causes()
+    elif second.weight_bits:
+        assert second.weight_bits[culprit] > 8 and second.added == [f"{culprit} (weights, {second.weight_bits[culprit]} bits)"]
+        assert not best.kept_float and info.layers[culprit].weights, tuning.summary()
     else:
         assert second.equalized and any(culprit in pair.split(" -> ") for pair in second.equalized), tuning.summary()
         assert not best.kept_float and info.layers[culprit].weights, tuning.summary()
@@ -121,7 +126,8 @@ def test_relative_drop_without_log_folder(fw, trained_digits, tmp_path):
     q_model, info = tuned_ptq(fw)(bad, gen, evaluate, config, PER_TENSOR)
     tuning = info.tuning
     assert tuning.relative and tuning.target_met and not tuning.best.kept_activations, tuning.summary()
-    assert tuning.best.kept_weights or tuning.best.equalized, tuning.summary()  # the culprit's fix
+    best = tuning.best  # the culprit's fix: its weights float or on more bits, or its channels equalized
+    assert best.kept_weights or best.weight_bits or best.equalized, tuning.summary()
     assert tuning.best.drop == pytest.approx(
         (tuning.baseline_score - tuning.best.score) / tuning.baseline_score
     )
