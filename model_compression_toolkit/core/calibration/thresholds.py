@@ -5,8 +5,8 @@
 
 Clipping error methods (MSE, MAE, LP) pick the range that minimises the mean
 ``|q(x) - x|**p``: for activations over the histogram (each bin's values spread
-uniformly over the bin, clipped to [min, max]; ``histogram_error``), for weights over
-the weights themselves. Candidates are evaluated many at once: all
+uniformly over the bin, clipped to [min, max]; ``histogram_error``, in closed form in
+`calibration.hist_error`), for weights over the weights themselves. Candidates are evaluated many at once: all
 candidates x all bins for a histogram, all channels at once per candidate for weights,
 coarse to fine. The no-clipping range is always a candidate, so the chosen range is
 never worse than it on the data it was chosen on.
@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from model_compression_toolkit.core.calibration.hist_error import histogram_error as histogram_error
 from model_compression_toolkit.core.calibration.kl import (
     histogram_kl,
     symmetric_rows_threshold,
@@ -122,59 +123,6 @@ def _power(a: np.ndarray, p: float) -> np.ndarray:
     if p == 1.0:
         return a
     return np.power(a, p, out=a)
-
-
-def _signed_power(y: np.ndarray, e: float) -> np.ndarray:
-    """``sign(y) * |y|**e``; by multiplication for MSE's and MAE's exponents (3 and 2), as
-    numpy's general power is several times slower."""
-    if e == 3.0:
-        return y * y * y
-    if e == 2.0:
-        return y * np.abs(y)
-    return np.sign(y) * np.abs(y) ** e
-
-
-def histogram_error(
-    lo: np.ndarray, hi: np.ndarray, counts: np.ndarray, grid: QuantGrid, p: float
-) -> np.ndarray:
-    """Mean ``|q(x) - x|**p`` of a histogram whose bin i holds ``counts[i]`` values spread
-    uniformly over ``[lo[i], hi[i]]``, in closed form (no alignment artefacts between
-    the bins and the grid). Grid parameters of shape (J,) give one error per grid.
-
-    On ``[L, U)`` = the grid's rounding range the error is the sawtooth ``s * u``
-    (``u = x/s - round(x/s)``), whose antiderivative of ``|.|**p`` is
-    ``s**p x / ((p+1) 2**p) + s**(p+1) (sign(u) |u|**(p+1) - u / 2**p) / (p+1)``;
-    outside it is the clipping error ``x - c`` with antiderivative ``sign |.|**(p+1)/(p+1)``.
-    """
-    scale = np.asarray(grid.scale, dtype=np.float64)
-    zp = np.asarray(grid.zero_point, dtype=np.float64)
-    if scale.ndim:
-        scale, zp = scale[:, None], zp[:, None]
-    lo_q, hi_q = (grid.qmin - zp) * scale, (grid.qmax - zp) * scale
-    low, up = lo_q - scale / 2, hi_q + scale / 2
-    k = 1.0 / ((p + 1) * 2.0**p)
-
-    def tail(y):
-        return _signed_power(y, p + 1) / (p + 1)
-
-    def saw(x):
-        r = x / scale
-        u = r - np.round(r)
-        return scale**p * x * k + scale ** (p + 1) * (_signed_power(u, p + 1) / (p + 1) - u * k)
-
-    def antiderivative(x):
-        inside = saw(np.clip(x, low, up))
-        below = tail(x - lo_q) - tail(-scale / 2) + saw(low)
-        above = tail(x - hi_q) - tail(scale / 2) + saw(up)
-        return np.where(x < low, below, np.where(x > up, above, inside))
-
-    width = hi - lo
-    spread = (antiderivative(hi) - antiderivative(lo)) / np.where(width > 0, width, 1.0)
-    q = np.clip(np.round(lo / scale) + zp, grid.qmin, grid.qmax)
-    point = np.abs((q - zp) * scale - lo) ** p  # zero-width bins: all values at one point
-    err = np.where(width > 0, spread, point)
-    total = counts.sum()
-    return (err * counts).sum(axis=-1) / (total if total > 0 else 1.0)
 
 
 # ----------------------------------------------------------------- activations
