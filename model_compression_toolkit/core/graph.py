@@ -280,11 +280,16 @@ class Graph:
         self.remove_edge(ins[0])
         self.remove_node(name)
 
-    def copy(self) -> Graph:
+    def copy(self, quant: bool = True) -> Graph:
         """A copy whose nodes, edges and lists can change without touching this graph.
 
         Weight arrays and backend payloads are shared: transforms replace them, never
         modify them in place.
+
+        Args:
+            quant: copy each node's quantization config (deeply); False gives every node
+                an empty `NodeQuantConfig` instead, for a caller that sets its own (the
+                similarity's variants with one quantizer on): no deep copy thrown away.
         """
         new = Graph(self.name, self.framework)
         for node in self.nodes():
@@ -298,7 +303,7 @@ class Graph:
                     input_shapes=list(node.input_shapes),
                     output_shapes=list(node.output_shapes),
                     origin=list(node.origin),
-                    quant=copy.deepcopy(node.quant),
+                    quant=copy.deepcopy(node.quant) if quant else NodeQuantConfig(),
                 )
             )
         for e in self.edges():

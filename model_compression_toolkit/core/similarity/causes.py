@@ -245,8 +245,13 @@ def input_range_spreads(graph: Graph, ranges: Mapping[str, float]) -> dict[str, 
 
 
 def isolate(graph: Graph, entry: QuantizerEntry | None) -> Graph:
-    """A copy of ``graph`` with every quantizer off but ``entry``'s (None: all off)."""
-    out = graph.copy()
+    """A copy of ``graph`` with every quantizer off but ``entry``'s (None: all off).
+
+    The copy's nodes start with empty configs (``graph.copy(quant=False)``): none of the
+    configs a deep copy would make survives here. ``entry``'s settings are the source
+    graph's own objects, shared as before; nothing changes them in place.
+    """
+    out = graph.copy(quant=False)
     for node in out.nodes():
         original = graph.node(node.name).quant
         node.quant = NodeQuantConfig(fused_into=original.fused_into)
