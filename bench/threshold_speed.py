@@ -92,7 +92,7 @@ def ppocr(lines: int = 16) -> list[Case]:
 
 
 def _reference_judge(p: float):
-    def errors(bins, grid):
+    def errors(bins, grid, tolerance=None):  # every candidate evaluated
         return reference_histogram_error(bins[0], bins[1], bins[2], grid, p)
 
     return errors

@@ -173,6 +173,42 @@ def test_prepared_edges_serve_many_grids():
         np.testing.assert_array_equal(edges.error(grid, 2.0), histogram_error(lo, hi, counts, grid, 2.0))
 
 
+@pytest.mark.parametrize("p", [*P_VALUES, 0.5])
+@pytest.mark.parametrize("seed", range(40))
+def test_least_errors_skip_only_candidates_that_cannot_be_chosen(seed, p):
+    """The clipping bound is below every error; `least_errors` gives the very errors of
+    `error` where it evaluates, and skips (+inf) only errors over 1 + tolerance times the least."""
+    rng = np.random.default_rng(100 + seed)
+    lo, hi, counts = _random_bins(rng)
+    grid = _random_grids(rng, lo, hi, int(rng.integers(1, 200)))
+    edges = HistogramEdges(lo, hi, counts)
+    full = edges.error(grid, p)
+    bound = edges._clip_bound(grid, p)
+    if p < 1.0 or np.ndim(grid.scale) == 0:
+        assert bound is None
+    else:
+        assert bound is not None and np.all(bound <= full)
+    for tolerance in (0.0, 0.2):
+        least = edges.least_errors(grid, p, tolerance)
+        seen = np.isfinite(least)
+        np.testing.assert_array_equal(least[seen], full[seen])
+        assert np.all(full[~seen] > (1 + tolerance) * full.min())
+        assert least.min() == full.min()
+
+
+def test_least_errors_skip_most_clipping_candidates():
+    """On a Gaussian's histogram at 8 bits most of a uniform search's 625 candidates clip
+    far too much to be chosen: they are not evaluated."""
+    x = np.random.default_rng(0).standard_normal(200_000)
+    stats = _stats(x)
+    bins = thresholds._histogram_values(stats)[0]
+    steps = -np.arange(25) / 3.0
+    a, b = (g.ravel() for g in np.meshgrid(steps, steps, indexing="ij"))
+    grid = uniform_grid(stats.min * 2.0**a, stats.max * 2.0**b, 8)
+    least = HistogramEdges(*bins).least_errors(grid, 2.0, thresholds.CLIP_TOLERANCE)
+    assert np.isfinite(least).sum() < 0.25 * least.size
+
+
 # ---------------------------------------------------------------- the chosen grids
 def _stats(x: np.ndarray, n_bins: int = 2048):
     collector = StatisticsCollector(n_bins, None)
@@ -211,7 +247,7 @@ def _fill(x_stats, method, error_method, n_bits, choose, p, shift=None):
 
 def _with_reference(monkeypatch):
     def judge(p):
-        def errors(bins, grid):
+        def errors(bins, grid, tolerance=None):  # every candidate evaluated
             return reference_histogram_error(bins[0], bins[1], bins[2], grid, p)
 
         return errors

@@ -25,6 +25,7 @@ import numpy as np
 from model_compression_toolkit.core.quant_config import QuantGrid
 
 _BLOCK = 1 << 14  # (candidates x edges) elements per block: its four buffers stay in cache
+_BATCH = 32  # candidates evaluated between two looks at the bounds (`HistogramEdges.least_errors`)
 
 
 class HistogramEdges:
@@ -55,6 +56,8 @@ class HistogramEdges:
         w = np.where(spread, counts / np.where(spread, width, 1.0), 0.0)
         m = self.edges.size
         self.v = np.bincount(index[1::2], w, minlength=m) - np.bincount(index[0::2], w, minlength=m)
+        self._lo, self._hi, self._counts = lo, hi, counts
+        self._sums: tuple | None = None  # for `_clip_bound`, made on first use
 
     def error(self, grid: QuantGrid, p: float) -> np.ndarray:
         """The mean ``|q(x) - x|**p`` on each grid: shape of ``grid.scale`` ((J,) or 0-d)."""
@@ -76,6 +79,60 @@ class HistogramEdges:
         total = self.total if self.total > 0 else 1.0
         return (out / total).reshape(shape)[()]
 
+    def least_errors(self, grid: QuantGrid, p: float, tolerance: float) -> np.ndarray:
+        """As `error` for the candidates whose error may be the least or within
+        ``tolerance`` times it; +inf for the others, whose error provably exceeds that.
+
+        Candidates are evaluated in batches in order of a lower bound of their error
+        (`_clip_bound`: what the values beyond the grid's range cost at least) until the next
+        bound is over ``1 + tolerance`` times the least error found: every candidate left
+        has a larger error. A search that takes the least error, or the widest range
+        within ``tolerance`` of it, chooses from these what it chooses from `error`'s.
+        """
+        bound = self._clip_bound(grid, p)
+        if bound is None:
+            return self.error(grid, p)
+        scale = np.asarray(grid.scale, dtype=np.float64)
+        zp = np.broadcast_to(np.asarray(grid.zero_point, dtype=np.float64), scale.shape)
+        out = np.full(scale.shape, np.inf)
+        order = np.argsort(bound, kind="stable")
+        best = np.inf
+        for start in range(0, order.size, _BATCH):
+            limit = (1.0 + tolerance) * best * (1.0 + 1e-6)  # far above the error's rounding
+            batch = order[start : start + _BATCH]
+            batch = batch[bound[batch] <= limit]
+            if not batch.size:
+                break
+            out[batch] = self.error(QuantGrid(scale[batch], zp[batch], grid.qmin, grid.qmax), p)
+            best = min(best, float(out[batch].min()))
+        return out
+
+    def _clip_bound(self, grid: QuantGrid, p: float) -> np.ndarray | None:
+        """A lower bound of each candidate's error (p >= 1; None otherwise, or for 0-d grids).
+
+        A value x above the rounding range's top ``up`` costs ``|q(x) - x|**p >= (x - up)**p``,
+        and ``x >= lo`` in its bin; over the bins whose ``lo >= up`` (count C, overshoots
+        summing to D) Jensen's inequality bounds their sum by ``C (D / C)**p``; likewise below.
+        D comes from suffix sums, less a margin far above their rounding.
+        """
+        scale = np.asarray(grid.scale, dtype=np.float64)
+        if p < 1.0 or scale.ndim != 1 or not self._lo.size:
+            return None
+        if self._sums is None:
+            self._sums = (
+                _cumulative(self._lo, self._counts, True),
+                _cumulative(self._hi, self._counts, False),
+            )
+        (lo, c0, c1, a1), (hi, d0, d1, b1) = self._sums
+        zp = np.broadcast_to(np.asarray(grid.zero_point, dtype=np.float64), scale.shape)
+        up, low = (grid.qmax - zp + 0.5) * scale, (grid.qmin - zp - 0.5) * scale
+        i = np.searchsorted(lo, up, side="left")  # bins i.. start at or above up
+        over = c1[i] - up * c0[i] - 1e-10 * (a1[i] + np.abs(up) * c0[i])
+        j = np.searchsorted(hi, low, side="right")  # bins ..j-1 end at or below low
+        under = low * d0[j] - d1[j] - 1e-10 * (b1[j] + np.abs(low) * d0[j])
+        bound = _jensen(c0[i], over, p) + _jensen(d0[j], under, p)
+        return bound * (1.0 - 1e-9) / (self.total if self.total > 0 else 1.0)
+
     def _sum_p(self, inv: np.ndarray, a: np.ndarray, b: np.ndarray, p: float, k: float) -> np.ndarray:
         """``P(edges / s_j) . v`` per candidate j."""
         e, v = self.edges, self.v
@@ -95,8 +152,31 @@ class HistogramEdges:
             _saw(cb, xb, p, k)
             _tail(tb, yb, p, k)
             xb += yb
-            out[j] = xb @ v
+            out[j] = np.einsum("ij,j->i", xb, v)  # per row alike whatever the block (not BLAS)
         return out
+
+
+def _cumulative(x: np.ndarray, counts: np.ndarray, from_top: bool) -> tuple[np.ndarray, ...]:
+    """``x`` sorted, and sums of ``counts``, ``counts * x`` and ``counts * |x|`` over the
+    bins from index i to the top (``from_top``) or below index i, for i = 0..n."""
+    order = np.argsort(x, kind="stable")
+    xs, cs = x[order], counts[order]
+    sums = []
+    for terms in (cs, cs * xs, cs * np.abs(xs)):
+        total = np.zeros(xs.size + 1)
+        if from_top:
+            total[:-1] = np.cumsum(terms[::-1])[::-1]  # summed from the top: no cancellation
+        else:
+            total[1:] = np.cumsum(terms)
+        sums.append(total)
+    return (xs, *sums)
+
+
+def _jensen(count: np.ndarray, overshoot: np.ndarray, p: float) -> np.ndarray:
+    """``count (overshoot / count)**p``, 0 where either is not positive."""
+    ok = (count > 0) & (overshoot > 0)
+    safe = np.where(ok, count, 1.0)
+    return np.where(ok, safe * (np.where(ok, overshoot, 0.0) / safe) ** p, 0.0)
 
 
 def _saw(u: np.ndarray, out: np.ndarray, p: float, k: float) -> None:

@@ -6,10 +6,11 @@
 Clipping error methods (MSE, MAE, LP) pick the range that minimises the mean
 ``|q(x) - x|**p``: for activations over the histogram (each bin's values spread
 uniformly over the bin, clipped to [min, max]; ``histogram_error``, in closed form in
-`calibration.hist_error`), for weights over the weights themselves. Candidates are evaluated many at once: all
-candidates x all bins for a histogram, all channels at once per candidate for weights,
-coarse to fine. The no-clipping range is always a candidate, so the chosen range is
-never worse than it on the data it was chosen on.
+`calibration.hist_error`), for weights over the weights themselves. Candidates are
+evaluated many at once: all candidates x all bins for a histogram (but those whose
+clipping alone provably costs more than the search's tolerance allows), all channels at
+once per candidate for weights, coarse to fine. The no-clipping range is always a
+candidate, so the chosen range is never worse than it on the data it was chosen on.
 
 ``KL`` minimises a divergence between histograms instead (`calibration.kl`); ``HMSE``
 weighs each weight's squared error by its Hessian diagonal (``cfg.importance``,
@@ -24,6 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from model_compression_toolkit.core.calibration.hist_error import HistogramEdges
 from model_compression_toolkit.core.calibration.hist_error import histogram_error as histogram_error
 from model_compression_toolkit.core.calibration.kl import (
     histogram_kl,
@@ -63,19 +65,24 @@ def error_power(error_method: QuantizationErrorMethod, l_p_value: float = 2.0) -
 
 # a histogram's non-empty bins: their low and high ends and their counts
 Bins = tuple[np.ndarray, np.ndarray, np.ndarray]
-BinErrors = Callable[[Bins, QuantGrid], np.ndarray]
+# errors(bins, grid, tolerance): one per candidate grid; with a tolerance, errors that cannot
+# be the least nor within that fraction of it may read +inf
+BinErrors = Callable[[Bins, QuantGrid, float | None], np.ndarray]
 
 
 def _judge(p: float) -> BinErrors:
-    """``errors(bins, grid)``: the mean ``|q(x) - x|**p`` of each candidate grid on a histogram."""
+    """``errors(bins, grid, tolerance=None)``: the mean ``|q(x) - x|**p`` of each candidate
+    grid on a histogram; with a tolerance, +inf for the candidates whose error provably
+    exceeds ``1 + tolerance`` times the least (not evaluated: `HistogramEdges.least_errors`)."""
 
-    def errors(bins: Bins, grid: QuantGrid) -> np.ndarray:
-        return histogram_error(bins[0], bins[1], bins[2], grid, p)
+    def errors(bins: Bins, grid: QuantGrid, tolerance: float | None = None) -> np.ndarray:
+        edges = HistogramEdges(*bins)
+        return edges.error(grid, p) if tolerance is None else edges.least_errors(grid, p, tolerance)
 
     return errors
 
 
-def _kl(bins: Bins, grid: QuantGrid) -> np.ndarray:
+def _kl(bins: Bins, grid: QuantGrid, tolerance: float | None = None) -> np.ndarray:
     return histogram_kl(bins[0], bins[1], bins[2], grid)
 
 
@@ -272,7 +279,7 @@ def _search_symmetric_hist(bins, ref, n_bits, signed, errors_of, pow2, tolerance
     least); candidate 0 is the no-clipping one."""
 
     def errors(thresholds: np.ndarray) -> np.ndarray:
-        return errors_of(bins, symmetric_grid(thresholds, n_bits, signed))
+        return errors_of(bins, symmetric_grid(thresholds, n_bits, signed), tolerance)
 
     if pow2:
         top = int(np.log2(power_of_two_ceil(ref)))
@@ -296,7 +303,7 @@ def _search_uniform_hist(bins, lo, hi, n_bits, errors_of, tolerance: float = 0.0
     def search(lo_off: np.ndarray, hi_off: np.ndarray):
         a, b = np.meshgrid(lo_off, hi_off, indexing="ij")
         a, b = a.ravel(), b.ravel()
-        return a, b, errors_of(bins, uniform_grid(lo * 2.0**a, hi * 2.0**b, n_bits))
+        return a, b, errors_of(bins, uniform_grid(lo * 2.0**a, hi * 2.0**b, n_bits), tolerance)
 
     coarse = -np.arange(25) / 3.0  # down to 1/256 of each end, 3 per octave
     a, b, errs = search(coarse, coarse)
