@@ -75,8 +75,12 @@ def _judge(p: float) -> BinErrors:
     grid on a histogram; with a tolerance, +inf for the candidates whose error provably
     exceeds ``1 + tolerance`` times the least (not evaluated: `HistogramEdges.least_errors`)."""
 
+    prepared: list = [None, None]  # the last histogram and its edges: a search asks many times
+
     def errors(bins: Bins, grid: QuantGrid, tolerance: float | None = None) -> np.ndarray:
-        edges = HistogramEdges(*bins)
+        if prepared[0] is not bins:
+            prepared[:] = bins, HistogramEdges(*bins)
+        edges = prepared[1]
         return edges.error(grid, p) if tolerance is None else edges.least_errors(grid, p, tolerance)
 
     return errors
