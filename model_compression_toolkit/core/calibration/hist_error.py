@@ -137,6 +137,7 @@ class HistogramEdges:
         j = np.searchsorted(hi, low, side="right")  # bins ..j-1 end at or below low
         under = low * d0[j] - d1[j] - 1e-10 * (b1[j] + np.abs(low) * d0[j])
         bound = _jensen(c0[i], over, p) + _jensen(d0[j], under, p)
+        bound = np.where(np.isnan(bound), 0.0, bound)  # no bound (a grid beyond float64's range)
         return bound * (1.0 - 1e-9) / (self.total if self.total > 0 else 1.0)
 
     def _sum_p(self, inv: np.ndarray, a: np.ndarray, b: np.ndarray, p: float, k: float) -> np.ndarray:
