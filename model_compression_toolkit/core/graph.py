@@ -309,6 +309,7 @@ class Graph:
         for e in self.edges():
             new.add_edge(e.src, e.dst, e.src_index, e.dst_index)
         new.inputs, new.outputs, new.meta = list(self.inputs), list(self.outputs), dict(self.meta)
+        new._order = None if self._order is None else list(self._order)  # same nodes, same edges
         return new
 
     # ---------------------------------------------------------------- checks
