@@ -13,12 +13,12 @@ quantizer, named after its node, after each node whose activation has a grid::
 from __future__ import annotations
 
 import copy
-import functools
 import hashlib
 import inspect
 import keyword
 import re
 import types
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -461,16 +461,22 @@ _ATOMIC = frozenset(
 _CONTAINERS = frozenset({dict, OrderedDict, set, list})
 
 
-@functools.cache
+_DEFAULT_COPY: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()  # no class kept alive
+_OWN_COPY = ("__deepcopy__", "__getnewargs__", "__getnewargs_ex__")
+
+
 def _default_copy(cls: type) -> bool:
     """Whether ``copy.deepcopy`` copies instances of ``cls`` as it copies a plain `nn.Module`:
     ``cls.__new__(cls)``, then ``__setstate__`` with the deep copy of ``__getstate__()``."""
-    return (
-        cls.__reduce_ex__ is object.__reduce_ex__
-        and cls.__reduce__ is object.__reduce__
-        and cls.__getstate__ is nn.Module.__getstate__
-        and not any(hasattr(cls, name) for name in ("__deepcopy__", "__getnewargs__", "__getnewargs_ex__"))
-    )
+    known = _DEFAULT_COPY.get(cls)
+    if known is None:
+        known = _DEFAULT_COPY[cls] = (
+            cls.__reduce_ex__ is object.__reduce_ex__
+            and cls.__reduce__ is object.__reduce__
+            and cls.__getstate__ is nn.Module.__getstate__
+            and not any(hasattr(cls, name) for name in _OWN_COPY)
+        )
+    return known
 
 
 def _load_weights(
