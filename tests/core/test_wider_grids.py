@@ -141,12 +141,12 @@ def test_the_fix_search_runs_no_candidate_twice_and_makes_each_graph_once(fw, tr
     """On the damaged digits CNN the causes' fix is measured while it grows and then judged:
     one run of its model, the same graph object both times; and what the search suggests
     is what a candidate measured on its own gives."""
-    from tests.core.test_analysis_budget import _analyzed
+    from tests.fixtures.counted import analyzed
     from tests.fixtures.damage import outlier_channel
 
     model, x_train, _, _ = trained_digits
     bad, _names = outlier_channel(fw.name, model, x_train[:256])
-    graph, result, counter = _analyzed(fw, bad, x_train)
+    graph, result, counter = analyzed(fw, bad, x_train)
     fix = result.report.fix
     whole = [g for g, quantized, extra in counter.runs if quantized and not extra and g is not None]
     whole = [g for g in whole if [n.name for n in g.nodes()] == [n.name for n in graph.nodes()]]
