@@ -12,6 +12,7 @@ import pytest
 import model_compression_toolkit as mct
 from model_compression_toolkit.core.calibration.bias_correction import mean_shift
 from model_compression_toolkit.errors import ConfigurationError
+from tests.fixtures.digits import keras_predict, torch_predict
 
 RNG = np.random.default_rng(0)
 
@@ -91,12 +92,7 @@ def _keras_model():
 
 
 def _run(framework: str, model, x: np.ndarray) -> np.ndarray:
-    if framework == "pytorch":
-        import torch
-
-        with torch.no_grad():
-            return model(torch.from_numpy(x)).numpy()
-    return np.asarray(model(x, training=False))
+    return (torch_predict if framework == "pytorch" else keras_predict)(model)(x)
 
 
 @pytest.mark.parametrize("framework", ["pytorch", "keras"])

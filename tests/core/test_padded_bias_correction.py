@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import model_compression_toolkit as mct
 from model_compression_toolkit.core.calibration.bias_correction import mean_shift, tap_coverage
 from model_compression_toolkit.core.graph import Node, OpKind
+from tests.fixtures.digits import keras_predict, torch_predict
 
 FAST = settings(max_examples=40, deadline=None)
 
@@ -148,12 +149,7 @@ def _padded_model(framework: str, depthwise: bool):
 
 
 def _run(framework: str, model, x: np.ndarray) -> np.ndarray:
-    if framework == "pytorch":
-        import torch
-
-        with torch.no_grad():
-            return model(torch.from_numpy(x)).numpy()
-    return np.asarray(model(x, training=False))
+    return (torch_predict if framework == "pytorch" else keras_predict)(model)(x)
 
 
 @pytest.mark.parametrize("framework", ["pytorch", "keras"])

@@ -95,16 +95,22 @@ def test_other_settings_or_another_p_search_again():
     assert dict(grids) == {"a": stats} and len(grids) == 1
 
 
-def test_the_fix_graphs_with_remembered_grids_are_those_of_fresh_searches(trained_digits, fw):
-    """Every activation at 16 bits, twice, and one activation alone: the same grids as with
-    the plain statistics (a search each time), one search per activation in all."""
-    model, x_train, _, _ = trained_digits
+def _calibrated(model, x_train):
+    """(the graph with its thresholds, the collected statistics) of one staged PTQ."""
     with Session(
         model, representative_dataset(x_train), mct.core.CoreConfig(), get_backend(model)
     ) as session:
         graph = session.prepare()
         stats = session.statistics(graph)
         session.select_thresholds(graph)
+    return graph, stats
+
+
+def test_the_fix_graphs_with_remembered_grids_are_those_of_fresh_searches(trained_digits, fw):
+    """Every activation at 16 bits, twice, and one activation alone: the same grids as with
+    the plain statistics (a search each time), one search per activation in all."""
+    model, x_train, _, _ = trained_digits
+    graph, stats = _calibrated(model, x_train)
     acts = [n.name for n in graph.nodes() if n.quant.activation is not None and n.quant.activation.grid]
     assert len(acts) > 3
     grids = ActivationGrids(stats)
@@ -170,12 +176,7 @@ class _Counting:
 
 def test_a_graph_measured_whole_is_measured_once_and_its_graph_made_once(fw, trained_digits):
     model, x_train, _, _ = trained_digits
-    with Session(
-        model, representative_dataset(x_train), mct.core.CoreConfig(), get_backend(model)
-    ) as session:
-        graph = session.prepare()
-        stats = session.statistics(graph)
-        session.select_thresholds(graph)
+    graph, stats = _calibrated(model, x_train)
     search = SearchStats(stats)
     probe = MeasuredOnce(_Counting())
     every, every_too = SuggestedFix(activation_n_bits=16), SuggestedFix(activation_n_bits=16, equalize=True)
