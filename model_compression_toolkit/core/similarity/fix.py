@@ -88,7 +88,13 @@ from model_compression_toolkit.core.similarity.fix_menu import (
     not_allowed,
     pair_text,
 )
-from model_compression_toolkit.core.similarity.suggested import DECISION_RESTORE_DB, RESTORE_DB, SuggestedFix
+from model_compression_toolkit.core.similarity.suggested import (
+    DECISION_RESTORE_DB,
+    PARTS_BAR,
+    RESTORE_DB,
+    SuggestedFix,
+    no_restore_note,
+)
 from model_compression_toolkit.core.similarity.trials import MeasuredOnce, SearchStats
 
 __all__ = [
@@ -214,10 +220,7 @@ def _no_restore_note(search: _Search, best: SuggestedFix, tried: Sequence[Sugges
         drop = f"{100 * menu.metric.max_drop:g} %" if menu.metric.relative else f"{menu.metric.max_drop:g}"
         bar = f"your metric within {drop} of float ({menu.metric.baseline:.4g})"
     else:
-        bar = (
-            f"every output part at its own bar: {RESTORE_DB:g} dB, {DECISION_RESTORE_DB:g} dB for probabilities "
-            "a decision reads"
-        )
+        bar = PARTS_BAR
     gave = "; ".join(f"{(a := alternative(f, False)).change} gave {a.gives()}" for f in tried)
     start = ""
     if menu.integer_only:
@@ -229,10 +232,7 @@ def _no_restore_note(search: _Search, best: SuggestedFix, tried: Sequence[Sugges
         return start + (
             f"No change the target allows applies to these causes (the output stays at {search.before:.1f} dB)."
         )
-    return (
-        f"{start}No fix tried restores ({bar}): {gave}. The suggestion is the one that gives the most; check the "
-        "task metric" + (", or quantize for a target that allows more bits." if menu.integer_only else ".")
-    )
+    return start + no_restore_note(bar, gave, menu.integer_only)
 
 
 def _causes_fix(

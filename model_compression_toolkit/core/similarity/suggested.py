@@ -286,18 +286,9 @@ class SuggestedFix(Sequence):
         if self.note or not self or self.restores is not False:
             return self.note
         tried = [a for a in self.alternatives if a.allowed and a.restores is not None]
-        if self.metric_restores is not None:
-            bar = "your metric within the allowed drop of float"
-        else:
-            bar = (
-                f"every output part at its bar: {RESTORE_DB:g} dB, {DECISION_RESTORE_DB:g} dB for probabilities a "
-                "decision reads"
-            )
+        bar = "your metric within the allowed drop of float" if self.metric_restores is not None else PARTS_BAR
         gave = "; ".join(f"{a.change} gave {a.gives()}" for a in tried) or f"this fix gave {self.gives()}"
-        return (
-            f"No fix tried restores ({bar}): {gave}. The suggestion is the one that gives the most; check the "
-            "task metric."
-        )
+        return no_restore_note(bar, gave)
 
     def summary(self) -> str:
         """The fix, what it costs in memory and what it gives, in a few lines."""
@@ -343,6 +334,22 @@ class SuggestedFix(Sequence):
             "target": self.target,
             "note": self.said_note,
         }
+
+
+# what restores without the user's metric, in words
+PARTS_BAR = (
+    f"every output part at its own bar: {RESTORE_DB:g} dB, {DECISION_RESTORE_DB:g} dB for probabilities a "
+    "decision reads"
+)
+
+
+def no_restore_note(bar: str, gave: str, integer_only: bool = False) -> str:
+    """``"No fix tried restores (<bar>): <gave>. ..."``: what the summary says when no
+    candidate restores, with what each gave."""
+    return (
+        f"No fix tried restores ({bar}): {gave}. The suggestion is the one that gives the most; check the "
+        "task metric" + (", or quantize for a target that allows more bits." if integer_only else ".")
+    )
 
 
 def alternative_gives(metric: float | None, sqnr_db: float | None) -> str:
