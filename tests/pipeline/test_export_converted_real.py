@@ -4,11 +4,11 @@ written back to ONNX with parity (issue 30).
 ``torch.export`` stops at ``.numpy()`` in onnx2torch's Slice, and a ScriptModule trace
 then cannot be exported ("Input rank must be known" where the Slice unbinds its constant
 bounds): the exporter traces the model itself (`pytorch.traced_export`). Slow (a PTQ of a
-626-layer model): runs only where the wheel is installed. Its outputs are not within one
-step of the quantized model's (cosine ~0.996 < 0.999), and cannot be: the network carries
-float32 rounding differences into whole steps, and the quantized model with that noise
-alone (its floor) lands as far; the file passes parity by the floor rule
-(`ExportReport.parity_ok`), tests/zoo/real/test_real_parity.py asserts it.
+626-layer model): runs only where the wheel is installed. How far its outputs land from the
+quantized model's depends on the CPU: the network carries float32 rounding differences into
+whole steps (on one machine cosine ~0.996 < 0.999, on another over 0.999), and the quantized
+model with that noise alone (its floor) lands as far; the file passes parity by one rule or
+the other (`ExportReport.parity_ok`; the floor rule: tests/pipeline/test_export_rounding.py).
 """
 
 from __future__ import annotations
@@ -36,9 +36,10 @@ def test_ppocr_recognizer_exports_to_onnx_with_parity(tmp_path):
     q_model, _ = mct.ptq.pytorch_post_training_quantization(model, lambda: iter(batches), NO_SIMILARITY)
     result = mct.exporter.pytorch_export_model(q_model, str(tmp_path / "rec.onnx"), lambda: iter(batches))
     (parity,) = result.parity
-    # exported faithfully: the quantized model alone, with float32 rounding noise at each
-    # quantizer, departs as far (the floor; tests/zoo/real/test_real_parity.py), not the trace
-    assert parity.floor_cosine is not None and parity.floor_cosine < 0.999, parity
+    # exported faithfully: within the parity bar, or (where this CPU's float32 rounding moves
+    # the quantized model itself under it) as far as its floor, never further
+    assert result.parity_ok and parity.floor_cosine is not None, parity
+    assert parity.ok or parity.within_floor, parity
     assert parity.cosine > 0.98, parity
     exported = onnx.load(str(tmp_path / "rec.onnx"))
     weights = [t for t in exported.graph.initializer if t.data_type == onnx.TensorProto.INT8 and len(t.dims) > 1]
