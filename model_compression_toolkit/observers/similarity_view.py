@@ -213,6 +213,8 @@ def causes_markdown(report: SimilarityReport) -> str:
     else:
         title = f"**No quantizer damages the output on its own** (every output SQNR alone ≥ {CAUSE_DB:g} dB)."
     head = [title]
+    if report.impacts_skipped:
+        head += ["", report.skip_note()[0].upper() + report.skip_note()[1:] + "."]
     lands = [q for q in causes if q.output_part]
     if lands:
         head += [""] + [

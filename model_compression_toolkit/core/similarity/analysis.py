@@ -18,6 +18,7 @@ from model_compression_toolkit.core.calibration.statistics import NodeStatistics
 from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.core.similarity.causes import (
     ACTIVATION,
+    ImpactRuns,
     QuantizerEntry,
     input_range_spreads,
     measure_impacts,
@@ -342,8 +343,7 @@ def analyze(
     batch = max((len(a) for a in float_model.data.first if np.ndim(a)), default=0)
     kept, q_outputs = joined(kept, q_outputs, batch)
     probe = ComparedProbe(backend, q_graph, kept, memory_cap, q_outputs) if entries and kept else None
-    if probe is not None:
-        measure_impacts(probe, entries, max_impact_quantizers, progress)
+    runs = measure_impacts(probe, entries, max_impact_quantizers, progress) if probe is not None else ImpactRuns()
     fix = suggest_fix(entries, q_graph, probe, l_p_value, stats, menu)
     _set_roles(layers, entries, q_graph)
     histograms = {
@@ -351,7 +351,9 @@ def analyze(
         for acc in accumulators
         if acc.bins is not None
     }
-    report = SimilarityReport(seen, layers, entries, fix, probe.samples if probe is not None else 0)
+    report = SimilarityReport(
+        seen, layers, entries, fix, probe.samples if probe is not None else 0, runs.quantized_db, runs.skipped
+    )
     return SimilarityResult(report, histograms)
 
 

@@ -31,7 +31,10 @@ channel were scaled down to match).
 An entry whose own error is low everywhere (every channel above `CANDIDATE_DB`, almost
 nothing rounded to zero, and not a concatenation or addition of inputs whose ranges differ
 `UNBALANCED_RATIO` times or more) is not run: its impact cannot be large unless the layers after it
-amplify its noise a hundredfold, and the report says it was not measured.
+amplify its noise a hundredfold, and the report says it was not measured. Nor is any entry
+run alone where the quantized model, every quantizer on, keeps each output part
+`SKIP_MARGIN_DB` over `CAUSE_DB`: the noise of quantizers together adds up, so one alone
+leaves the outputs no worse (`measure_impacts`; the report says so).
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ CAUSE_DB = 20.0  # an entry whose output SQNR alone is under this causes damage
 CANDIDATE_DB = 30.0  # an entry whose own error is under this (any measure) gets its impact measured
 CANDIDATE_ZERO_ROUNDED_PERCENT = 25.0  # ... or that rounds this share of its non-zero values to zero
 UNBALANCED_RATIO = 16.0  # ... or that joins inputs whose ranges differ this much (MCT's xquant)
+# no candidate runs alone where the quantized model, every quantizer on, keeps its outputs this
+# far over CAUSE_DB: one quantizer alone would have to add twice the noise of all of them
+SKIP_MARGIN_DB = 3.0
 
 
 @dataclass
@@ -366,13 +372,25 @@ class ImpactProbe:
 
 def measure_impacts(
     probe: ImpactProbe, entries: list[QuantizerEntry], limit: int, progress: Callable[..., None] | None = None
-) -> None:
+) -> ImpactRuns:
     """Set ``output_sqnr_db`` of the entries that could matter (the ``limit`` candidates
     with the worst own error), then rank every entry and flag the causes.
-    ``progress(step, done, total, unit)`` after each one."""
+    ``progress(step, done, total, unit)`` after each one.
+
+    The quantized model itself is measured first (on the outputs the comparison kept: no
+    run, `probe.ComparedProbe`). The noise of quantizers switched on together adds up, so
+    one quantizer alone leaves the outputs no worse than all of them do: where every
+    quantizer together keeps each output part `SKIP_MARGIN_DB` over `CAUSE_DB`, no entry
+    can be a cause by its impact and none is run alone (a weights entry that loses an input
+    channel still is while the outputs are under `CANDIDATE_DB`, its own bar)."""
     candidates = [e for e in entries if e.is_candidate]
     chosen = sorted(candidates, key=lambda e: (e.own_db, -(e.zero_rounded_percent or 0.0)))[:limit]
     probe.prepare([e.name for e in chosen])
+    whole = probe.impact(probe.graph).cause_view() if chosen else None
+    skipped = 0
+    if whole is not None and whole.sqnr_db >= CAUSE_DB + SKIP_MARGIN_DB:
+        kept = [e for e in chosen if e.lost_input_channels_percent and whole.sqnr_db < CANDIDATE_DB]
+        skipped, chosen = len(chosen) - len(kept), kept
     for i, entry in enumerate(chosen, start=1):
         entry.set_impact(probe.impact(isolate(probe.graph, entry), at=entry.name))
         if progress is not None:
@@ -383,6 +401,24 @@ def measure_impacts(
     for rank, entry in enumerate(ordered, start=1):
         entry.rank = rank
     entries[:] = ordered
+    return ImpactRuns(None if whole is None else whole.sqnr_db, len(chosen), skipped)
+
+
+@dataclass(frozen=True)
+class ImpactRuns:
+    """What `measure_impacts` ran.
+
+    Attributes:
+        quantized_db: the quantized model's output SQNR on the impact samples, every
+            quantizer on (its worst part, judged as a cause is); None: no candidate.
+        measured: the entries run alone.
+        skipped: the candidates not run alone because ``quantized_db`` bounds their
+            impact over `CAUSE_DB` (`SKIP_MARGIN_DB`).
+    """
+
+    quantized_db: float | None = None
+    measured: int = 0
+    skipped: int = 0
 
 
 def _worst_first(entry: QuantizerEntry) -> tuple:

@@ -6,6 +6,8 @@ same per-layer fields except the per-sample list; `similarity_causes.csv` one ro
 quantizer):
 
     {"samples": int, "sqnr_ceiling_db": float, "impact_samples": int,
+     "quantized_output_db": float | null,  # every quantizer on, its worst output part
+     "impacts_skipped": int,  # candidates not run alone: quantized_output_db bounds them
      "error_classes": {"low": ">= 30 dB", "medium": "15 - 30 dB", "high": "< 15 dB"},
      "cause_bound_db": 20.0,
      "causes": [name, ...],          # the quantizers that damage the output on their own
@@ -143,6 +145,10 @@ class SimilarityReport:
             first by the model output's SQNR with that quantizer alone.
         fix: the smallest change that removes the causes (`suggested_fix`).
         impact_samples: the samples the output impacts were measured on.
+        quantized_output_db: the quantized model's output SQNR on those samples, every
+            quantizer on: its worst output part, judged as a cause is (None: not measured).
+        impacts_skipped: the quantizers not run alone because ``quantized_output_db`` is
+            `causes.SKIP_MARGIN_DB` over the cause bar: one alone cannot do worse than all.
     """
 
     samples: int
@@ -150,6 +156,8 @@ class SimilarityReport:
     quantizers: list[QuantizerEntry] = field(default_factory=list)
     fix: SuggestedFix = field(default_factory=SuggestedFix)
     impact_samples: int = 0
+    quantized_output_db: float | None = None
+    impacts_skipped: int = 0
 
     def ranked(self) -> list[LayerSimilarity]:
         """Compare points worst first: those whose quantizers were measured by how much they
@@ -165,6 +173,17 @@ class SimilarityReport:
         """The smallest change that removes the causes: `KeepFloat` rules that
         ``CoreConfig(keep_float=...)`` takes, with their memory cost (empty if no cause)."""
         return self.fix
+
+    def skip_note(self) -> str:
+        """Why no quantizer was run alone (empty when some were, or none needed to be)."""
+        if not self.impacts_skipped or self.quantized_output_db is None:
+            return ""
+        return (
+            f"every quantizer together keeps the outputs at {self.quantized_output_db:.1f} dB (worst part, "
+            f"on {self.impact_samples} samples), over the {CAUSE_DB:g} dB bar of a cause: one quantizer alone adds "
+            f"no more noise than all of them, so the {self.impacts_skipped} with the largest own error were "
+            "not run alone"
+        )
 
     def drop_start(self) -> LayerSimilarity | None:
         """The first compare point, in topological order, whose accumulated error is not
@@ -200,6 +219,8 @@ class SimilarityReport:
             "samples": self.samples,
             "sqnr_ceiling_db": SQNR_CEILING_DB,
             "impact_samples": self.impact_samples,
+            "quantized_output_db": json_safe(self.quantized_output_db),
+            "impacts_skipped": self.impacts_skipped,
             "error_classes": {"low": ">= 30 dB", "medium": "15 - 30 dB", "high": "< 15 dB"},
             "cause_bound_db": CAUSE_DB,
             "causes": [f"{q.name} ({q.kind})" for q in self.causes()],
@@ -244,6 +265,8 @@ class SimilarityReport:
             lines.append(self.fix.summary())
         else:
             lines.append(f"no quantizer damages the output on its own (output SQNR >= {CAUSE_DB:g} dB each)")
+        if self.impacts_skipped:
+            lines.append(f"  {self.skip_note()}")
         lines.append("worst layers first:")
         for layer in self.ranked()[:top]:
             local = f"{layer.local_sqnr_db:6.1f}" if layer.local_sqnr_db is not None else "   n/a"
