@@ -26,6 +26,7 @@ builder needs to call the same thing again, with each input replaced by a `Ref`.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Sequence
 from typing import Any
@@ -253,15 +254,20 @@ def _propagate(
         )
     device = next((t.device for t in (*gm.parameters(), *gm.buffers())), torch.device("cpu"))
     inputs = [as_tensor(x, device) for x in sample]
+    batch = next((t.shape[0] for t in inputs if t.dim() > 0), None)
+    real = None
+    if batch is not None and batch > 2:  # 2 samples and 1 tell the batch dims as the batch does
+        few = [t[:2] if t.dim() > 0 and t.shape[0] == batch else t for t in inputs]
+        with contextlib.suppress(RuntimeError):  # a model that runs on its batch size only
+            real, inputs, batch = _run_shapes(gm, few), few, 2
     try:
-        real = _run_shapes(gm, inputs)
+        real = real if real is not None else _run_shapes(gm, inputs)
     except RuntimeError as e:
         _check_dtypes(gm, inputs, placeholders, model_name, e)
         raise InputMismatchError(
             f"expected inputs that {expected} can run on; got inputs of shapes {given}, on which "
             f"torch failed with {e}. Check the shapes the representative data yields."
         ) from e
-    batch = next((t.shape[0] for t in inputs if t.dim() > 0), None)
     if batch is None:
         return real.shapes, real.dtypes, real.floating, real.complex
     alt_inputs = [
