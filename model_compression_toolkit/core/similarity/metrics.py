@@ -74,12 +74,13 @@ def _block_sums(x: np.ndarray, y: np.ndarray) -> tuple[tuple[float, float, float
     if x.dtype == np.float32 and y.dtype == np.float32:
         with np.errstate(all="ignore"):  # an overflow or a NaN sends the block to float64 below
             d = x - y
-            max_abs = float(np.max(np.abs(d)))
+            high, low = float(d.max()), float(d.min())  # no |d| temporary
             sums = (float(x @ x), float(y @ y), float(x @ y), float(d @ d))
+        max_abs = abs(max(high, -low))  # not -0.0
         xx, yy, _, dd = sums
         # one block all zeros (a quantizer rounded it down) is exact too: its sums are 0
         both = min(xx, yy) > _TINY or (max(xx, yy) > _TINY and not (y if yy == 0.0 else x).any())
-        if math.isfinite(max_abs) and all(map(math.isfinite, sums)) and both:
+        if math.isfinite(high) and math.isfinite(low) and all(map(math.isfinite, sums)) and both:
             if dd > _TINY or max_abs == 0.0:
                 return sums, max_abs, True
     x64, y64 = _finite64(x), _finite64(y)
