@@ -309,12 +309,17 @@ def analyze(
     # that the probe need not run the quantized model again (`probe.ComparedProbe`)
     outputs = [name for name, _ in q_graph.outputs]
     q_outputs: list[list[np.ndarray]] | None = [] if set(outputs) <= set(q_tap.by_name) else None
+    # ... and the float outputs beside them: the probe measures the quantized model with no run
+    reference_of = {acc.point.name: acc.point.reference for acc in accumulators}
+    f_outputs: list[list[np.ndarray]] | None = [] if all(n in reference_of for n in outputs) else None
     seen = 0
     kept: list[list[np.ndarray]] = []  # the impact samples' inputs, in whole chunks
     for chunk, f_out in chunks:
         impact_chunk = seen < impact_samples
         if impact_chunk:
             kept.append([np.array(a) for a in chunk])
+            if f_outputs is not None:
+                f_outputs.append([np.array(f_out[reference_of[name]]) for name in outputs])
         q_tap.record = set(outputs) if impact_chunk and q_outputs is not None else set()
         q_tap.float_outputs = local_tap.float_outputs = f_out
         backend.forward(quantized_model, chunk)
@@ -341,9 +346,14 @@ def analyze(
     entries += weight_entries(q_graph, weights)
     # the pieces of a batch the memory cap cut, joined again: each variant runs once per batch
     batch = max((len(a) for a in float_model.data.first if np.ndim(a)), default=0)
+    f_outputs = joined(kept, f_outputs, batch)[1]
     kept, q_outputs = joined(kept, q_outputs, batch)
-    probe = ComparedProbe(backend, q_graph, kept, memory_cap, q_outputs) if entries and kept else None
-    runs = measure_impacts(probe, entries, max_impact_quantizers, progress) if probe is not None else ImpactRuns()
+    probe = ComparedProbe(backend, q_graph, kept, memory_cap, q_outputs, f_outputs) if entries and kept else None
+    runs = (
+        measure_impacts(probe, entries, max_impact_quantizers, progress)
+        if probe is not None
+        else ImpactRuns()
+    )
     fix = suggest_fix(entries, q_graph, probe, l_p_value, stats, menu)
     _set_roles(layers, entries, q_graph)
     histograms = {

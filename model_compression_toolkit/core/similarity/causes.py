@@ -311,6 +311,11 @@ class ImpactProbe:
         return sum(len(chunk[0]) for chunk in self.chunks)
 
     @property
+    def holds_reference(self) -> bool:
+        """Whether the float outputs are at hand (given, or from `prepare`)."""
+        return self._reference is not None
+
+    @property
     def reference(self) -> list[list[np.ndarray]]:
         """The float model's outputs, chunk by chunk."""
         if self._reference is None:
@@ -385,12 +390,16 @@ def measure_impacts(
     channel still is while the outputs are under `CANDIDATE_DB`, its own bar)."""
     candidates = [e for e in entries if e.is_candidate]
     chosen = sorted(candidates, key=lambda e: (e.own_db, -(e.zero_rounded_percent or 0.0)))[:limit]
-    probe.prepare([e.name for e in chosen])
+    prepared = bool(chosen) and not probe.holds_reference
+    if prepared:  # one float run: the reference outputs and the values the cuts read
+        probe.prepare([e.name for e in chosen])
     whole = probe.impact(probe.graph).cause_view() if chosen else None
     skipped = 0
     if whole is not None and whole.sqnr_db >= CAUSE_DB + SKIP_MARGIN_DB:
         kept = [e for e in chosen if e.lost_input_channels_percent and whole.sqnr_db < CANDIDATE_DB]
         skipped, chosen = len(chosen) - len(kept), kept
+    if chosen and not prepared:
+        probe.prepare([e.name for e in chosen])
     for i, entry in enumerate(chosen, start=1):
         entry.set_impact(probe.impact(isolate(probe.graph, entry), at=entry.name))
         if progress is not None:

@@ -31,6 +31,9 @@ class ComparedProbe(ImpactProbe):
         quantized_outputs: for each chunk, the outputs of the model built from ``graph``
             (quantized) on it, in the order of ``graph.outputs``; None when the comparison
             could not keep them.
+        float_outputs: the float model's outputs on each chunk, alike (the comparison's
+            reference): the quantized graph is then measured with no run at all, until
+            `prepare` runs the float model for the cuts (None: `prepare` gives them).
     """
 
     def __init__(
@@ -40,11 +43,15 @@ class ComparedProbe(ImpactProbe):
         chunks: list[list[np.ndarray]],
         memory_cap: int = 1 << 30,
         quantized_outputs: list[list[np.ndarray]] | None = None,
+        float_outputs: list[list[np.ndarray]] | None = None,
     ) -> None:
         super().__init__(backend, graph, chunks, memory_cap)
-        if quantized_outputs is not None and len(quantized_outputs) != len(chunks):
-            raise ValueError(f"{len(quantized_outputs)} chunks of quantized outputs for {len(chunks)} chunks")
+        for kind, given in (("quantized", quantized_outputs), ("float", float_outputs)):
+            if given is not None and len(given) != len(chunks):
+                raise ValueError(f"{len(given)} chunks of {kind} outputs for {len(chunks)} chunks")
         self.quantized_outputs = quantized_outputs
+        if float_outputs is not None and quantized_outputs is not None:
+            self._reference = float_outputs
         self.runs_saved = 0  # how many runs of the quantized graph the kept outputs replaced
 
     def impact(self, variant: Graph, at: str | None = None) -> OutputImpact:
