@@ -443,11 +443,11 @@ def rank_sqnr_db(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray])
         return None
     signal = noise = 0.0
     for r, o in zip(reference, outputs):
-        r64, o64 = np.asarray(r, np.float64), np.asarray(o, np.float64)
-        read = (r64 >= DECISION_LEVEL) | (o64 >= DECISION_LEVEL)
-        changed = np.expand_dims(changed_decisions(r64, o64, axis), axis)
-        signal += float(np.square(r64[read]).sum())
-        noise += float(np.square(r64 - o64)[read & changed].sum())
+        r, o = np.asarray(r), np.asarray(o)
+        read = (r >= DECISION_LEVEL) | (o >= DECISION_LEVEL)  # a few values a row: summed in float64
+        changed = read & np.expand_dims(changed_decisions(r, o, axis), axis)
+        signal += float(np.square(r[read], dtype=np.float64).sum())
+        noise += float(np.square(r[changed].astype(np.float64) - o[changed]).sum())
     if noise <= 0:
         return SQNR_CEILING_DB
     return _db(noise / signal if signal > 0 else math.inf)
