@@ -138,7 +138,11 @@ class _PointAccumulator:
         self.accumulated.append(sums.result())
         self.total += ref.size
         if self.alone is not None and self.grid is not None:
-            self.alone.add(reference, fake_quant(reference, self.grid))
+            grid = self.grid
+            if np.size(grid.scale) == 1 and np.size(grid.zero_point) == 1:  # value by value: block by block
+                self.alone.add_quantized(reference, lambda block: fake_quant(block, grid))
+            else:
+                self.alone.add(reference, fake_quant(reference, grid))
 
     def update_local(self, reference: np.ndarray, local: np.ndarray) -> None:
         """Reduce one chunk of samples of the local model: the local error."""
@@ -348,7 +352,9 @@ def analyze(
     batch = max((len(a) for a in float_model.data.first if np.ndim(a)), default=0)
     f_outputs = joined(kept, f_outputs, batch)[1]
     kept, q_outputs = joined(kept, q_outputs, batch)
-    probe = ComparedProbe(backend, q_graph, kept, memory_cap, q_outputs, f_outputs) if entries and kept else None
+    probe = (
+        ComparedProbe(backend, q_graph, kept, memory_cap, q_outputs, f_outputs) if entries and kept else None
+    )
     runs = (
         measure_impacts(probe, entries, max_impact_quantizers, progress)
         if probe is not None
