@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from model_compression_toolkit.core.calibration.quantizers import fake_quant, uniform_grid
+from model_compression_toolkit.core.quant_config import QuantGrid
 from model_compression_toolkit.core.similarity import channels
+from model_compression_toolkit.core.similarity.analysis import _block_quantizer
 from model_compression_toolkit.core.similarity.channels import ChannelSums
 
 
@@ -57,10 +59,12 @@ def test_block_sums_equal_the_whole_tensor_sums(monkeypatch, block, shape, axis)
     chunks[0].reshape(-1)[::7] = 0.0  # zeros stay out of the zero-rounded share
     chunks[1].reshape(-1)[:3] = [np.nan, np.inf, -np.inf]  # non-finite values count as zero
     quantized = [fake_quant(c, grid) for c in chunks]
+    quantize = _block_quantizer(grid, np.dtype(np.float32))
+    assert quantize is not None
     sums, by_block = ChannelSums(axis), ChannelSums(axis)
     for c, q in zip(chunks, quantized):
         sums.add(c, q)
-        by_block.add_quantized(c, lambda x: fake_quant(x, grid))
+        by_block.add_quantized(c, quantize)
     whole = [_whole(c, q, axis) for c, q in zip(chunks, quantized)]
     expected = {
         "signal": whole[0]["signal"] + whole[1]["signal"],
@@ -86,3 +90,29 @@ def test_a_tensor_that_is_not_contiguous_is_read_as_it_is():
 def test_tensors_of_different_shapes_are_refused():
     with pytest.raises(ValueError, match="shapes"):
         ChannelSums(1).add(np.zeros((2, 3, 4)), np.zeros((2, 4, 3)))
+
+
+@pytest.mark.parametrize(
+    "grid",
+    [
+        QuantGrid(np.asarray(0.25), np.asarray(3.0), 0, 15),  # ties land exactly on .5
+        QuantGrid(np.asarray(0.0371), np.asarray(0.0), -128, 127),
+        QuantGrid(np.asarray(0.0371), np.asarray(200.0), 0, 255),  # a zero point outside half the range
+    ],
+)
+def test_the_activation_quantizer_on_float64_blocks_gives_fake_quant_values(grid):
+    """The comparison quantizes the float output block by block, in float64, its zero point
+    moved into the integer range: the values are `fake_quant`'s, ties and extremes included."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate(
+        [
+            (rng.standard_normal(4000) * 3).astype(np.float32),
+            np.arange(-40, 40, dtype=np.float32) * np.float32(0.125),  # on and between the ties
+            np.array([np.nan, np.inf, -np.inf, 1e30, -1e30, -0.0, 1e-40], dtype=np.float32),
+        ]
+    )
+    quantize = _block_quantizer(grid, x.dtype)
+    assert quantize is not None
+    got = quantize(x.astype(np.float64))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, fake_quant(x, grid))

@@ -16,6 +16,7 @@ from model_compression_toolkit.core.calibration.bins import AnchoredBins
 from model_compression_toolkit.core.calibration.quantizers import fake_quant
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics
 from model_compression_toolkit.core.graph import Graph, Node
+from model_compression_toolkit.core.quant_config import QuantGrid
 from model_compression_toolkit.core.similarity.causes import (
     ACTIVATION,
     ImpactRuns,
@@ -138,11 +139,11 @@ class _PointAccumulator:
         self.accumulated.append(sums.result())
         self.total += ref.size
         if self.alone is not None and self.grid is not None:
-            grid = self.grid
-            if np.size(grid.scale) == 1 and np.size(grid.zero_point) == 1:  # value by value: block by block
-                self.alone.add_quantized(reference, lambda block: fake_quant(block, grid))
+            quantize = _block_quantizer(self.grid, np.asarray(reference).dtype)
+            if quantize is not None:
+                self.alone.add_quantized(reference, quantize)
             else:
-                self.alone.add(reference, fake_quant(reference, grid))
+                self.alone.add(reference, fake_quant(reference, self.grid))
 
     def update_local(self, reference: np.ndarray, local: np.ndarray) -> None:
         """Reduce one chunk of samples of the local model: the local error."""
@@ -200,6 +201,24 @@ class _PointAccumulator:
         return QuantizerEntry.of(
             self.point.name, ACTIVATION, layer_type, act.n_bits, self.alone.result(), clipped
         )
+
+
+def _block_quantizer(grid: QuantGrid, dtype: np.dtype) -> Callable[[np.ndarray], np.ndarray] | None:
+    """``fake_quant`` of a tensor of ``dtype`` on a per-tensor ``grid``, for the float64
+    blocks of `ChannelSums.add_quantized`: the same values as ``fake_quant(x, grid)``.
+
+    An integer zero point moves into the integer range, ``clip(round(t) + zp, qmin, qmax)
+    - zp == clip(round(t), qmin - zp, qmax - zp)``, which spares two passes. None for a
+    per-channel grid or a zero point that is not an integer.
+    """
+    scale, zero_point = np.asarray(grid.scale), np.asarray(grid.zero_point)
+    if scale.size != 1 or zero_point.size != 1:
+        return None
+    zp = float(zero_point.reshape(()))
+    if not np.isfinite(zp) or zp != round(zp):
+        return None
+    shifted = QuantGrid(scale.reshape(()), np.zeros(()), int(grid.qmin - zp), int(grid.qmax - zp))
+    return lambda x: fake_quant(x, shifted).astype(dtype, copy=False)
 
 
 def _max_threshold(weights) -> float | None:

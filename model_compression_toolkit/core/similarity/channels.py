@@ -137,9 +137,15 @@ class ChannelSums:
         self._add(self._rows(reference, quantized))
 
     def add_quantized(self, reference: np.ndarray, quantize: Callable[[np.ndarray], np.ndarray]) -> None:
-        """`add` of ``reference`` and ``quantize(reference)``, ``quantize`` applied block by
-        block (it must work value by value, as a per-tensor fake quantizer does), so that
-        the quantized tensor is never held whole."""
+        """`add` of ``reference`` and its quantized version, ``quantize`` applied block by
+        block so that the quantized tensor is never held whole.
+
+        Args:
+            reference: one chunk of samples.
+            quantize: maps a float64 copy of a block of ``reference`` (which it must not
+                write into) to the quantized values, value by value (as a per-tensor fake
+                quantizer does), in ``reference``'s dtype.
+        """
         self._add(self._rows(reference, quantize=quantize))
 
     def _add(self, rows: tuple[np.ndarray, ...]) -> None:
@@ -181,12 +187,14 @@ class ChannelSums:
         high = np.full(channels, -np.inf, dtype=low.dtype)
         for rows, index in _blocks(ref3.shape):
             ref = _as_rows(ref3[index])
+            ref64 = None
             if q3 is not None:
                 q = _as_rows(q3[index])
             else:
                 assert quantize is not None
-                q = quantize(ref)
-            sums = _block_sums(ref, q)
+                ref64 = ref.astype(np.float64)
+                q = quantize(ref64)
+            sums = _block_sums(ref, q, ref64)
             signal[rows] += sums[0]
             noise[rows] += sums[1]
             low[rows], high[rows] = np.minimum(low[rows], sums[2]), np.maximum(high[rows], sums[3])
@@ -204,11 +212,11 @@ class ChannelSums:
 
 
 def _block_sums(
-    ref: np.ndarray, q: np.ndarray
+    ref: np.ndarray, q: np.ndarray, ref64: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
     """(signal, noise, low, high) per row and (nonzero, zeroed) counts of one block
-    (non-finite values count as zero)."""
-    signal, noise = _signal_noise(ref, q)
+    (non-finite values count as zero); ``ref64``: ``ref`` in float64, when made already."""
+    signal, noise = _signal_noise(ref, q, ref64)
     if not (np.isfinite(signal).all() and np.isfinite(noise).all()):
         if not (np.isfinite(ref).all() and np.isfinite(q).all()):
             ref, q = np.nan_to_num(ref, posinf=0.0, neginf=0.0), np.nan_to_num(q, posinf=0.0, neginf=0.0)
@@ -219,9 +227,12 @@ def _block_sums(
     return signal, noise, ref.min(axis=1), ref.max(axis=1), nonzero, zeroed
 
 
-def _signal_noise(ref: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _signal_noise(
+    ref: np.ndarray, q: np.ndarray, ref64: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Per row: ref.ref and (ref - q).(ref - q), in float64."""
-    ref64, diff = ref.astype(np.float64), q.astype(np.float64)  # one dtype: a mixed subtraction is slower
+    ref64 = ref.astype(np.float64) if ref64 is None else ref64
+    diff = q.astype(np.float64)  # a copy, in ref64's dtype: a mixed subtraction is slower
     with np.errstate(over="ignore", invalid="ignore"):  # float64 extremes: `sqnr_db` keeps it finite
         np.subtract(ref64, diff, out=diff)
         return np.einsum("ij,ij->i", ref64, ref64), np.einsum("ij,ij->i", diff, diff)
