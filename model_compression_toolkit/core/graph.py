@@ -151,6 +151,9 @@ class Graph:
         self.outputs: list[tuple[str, int]] = []  # (node, output index), in output order
         self.meta: dict[str, Any] = {}  # backend data about the whole model; never logged
         self._order: list[str] | None = None
+        # node -> its sorted in/out edges, kept until an edit touches that node
+        self._in: dict[str, tuple[Edge, ...]] = {}
+        self._out: dict[str, tuple[Edge, ...]] = {}
 
     # ---------------------------------------------------------------- reading
     def __contains__(self, name: str) -> bool:
@@ -181,13 +184,26 @@ class Graph:
         return [data["edge"] for _, _, data in self._g.edges(data=True)]
 
     def in_edges(self, name: str) -> list[Edge]:
-        """Edges into ``name``, sorted by the input they feed."""
-        edges = [d["edge"] for _, _, d in self._g.in_edges(name, data=True)]
-        return sorted(edges, key=lambda e: e.dst_index)
+        """Edges into ``name``, sorted by the input they feed (sorted once per edit of the node)."""
+        edges = self._in.get(name)
+        if edges is None:
+            found = [d["edge"] for _, _, d in self._g.in_edges(name, data=True)]
+            edges = self._in[name] = tuple(sorted(found, key=lambda e: e.dst_index))
+        return list(edges)
 
     def out_edges(self, name: str) -> list[Edge]:
-        edges = [d["edge"] for _, _, d in self._g.out_edges(name, data=True)]
-        return sorted(edges, key=lambda e: (e.src_index, e.dst, e.dst_index))
+        """Edges out of ``name``, sorted by output, then consumer and its input."""
+        edges = self._out.get(name)
+        if edges is None:
+            found = [d["edge"] for _, _, d in self._g.out_edges(name, data=True)]
+            edges = self._out[name] = tuple(sorted(found, key=lambda e: (e.src_index, e.dst, e.dst_index)))
+        return list(edges)
+
+    def _edited(self, src: str, dst: str) -> None:
+        """Forget what an edit of the edge ``src -> dst`` changes: the order, the edge lists."""
+        self._order = None
+        self._out.pop(src, None)
+        self._in.pop(dst, None)
 
     def predecessors(self, name: str) -> list[Node]:
         return [self.node(e.src) for e in self.in_edges(name)]
@@ -227,7 +243,7 @@ class Graph:
         if node.name in self._g:
             raise GraphValidationError(f"a node named {node.name!r} already exists in {self.name!r}")
         self._g.add_node(node.name, node=node)
-        self._order = None
+        self._edited(node.name, node.name)
         return node
 
     def add_edge(self, src: str, dst: str, src_index: int = 0, dst_index: int = 0) -> Edge:
@@ -236,14 +252,14 @@ class Graph:
                 raise GraphValidationError(f"edge {src!r} -> {dst!r}: no node named {n!r}")
         edge = Edge(src, dst, src_index, dst_index)
         self._g.add_edge(src, dst, edge=edge)
-        self._order = None
+        self._edited(src, dst)
         return edge
 
     def remove_edge(self, edge: Edge) -> None:
         for key, data in list(self._g.get_edge_data(edge.src, edge.dst, default={}).items()):
             if data["edge"] == edge:
                 self._g.remove_edge(edge.src, edge.dst, key)
-                self._order = None
+                self._edited(edge.src, edge.dst)
                 return
         raise GraphValidationError(f"no edge {edge} in {self.name!r}")
 
@@ -254,6 +270,8 @@ class Graph:
         self._g.remove_node(name)
         self.inputs = [n for n in self.inputs if n != name]
         self._order = None
+        self._in.clear()  # its input edges went with it: their sources' lists changed
+        self._out.clear()
 
     def redirect_uses(self, old: str, new: str, old_index: int = 0, new_index: int = 0) -> None:
         """Make every user of ``old``'s output ``old_index`` read ``new``'s output ``new_index``.
@@ -264,9 +282,7 @@ class Graph:
             if e.src_index == old_index:
                 self.remove_edge(e)
                 self.add_edge(new, e.dst, new_index, e.dst_index)
-        self.outputs = [
-            (new, new_index) if (n, i) == (old, old_index) else (n, i) for n, i in self.outputs
-        ]
+        self.outputs = [(new, new_index) if (n, i) == (old, old_index) else (n, i) for n, i in self.outputs]
 
     def bypass(self, name: str) -> None:
         """Remove a one-input, one-output node, wiring its input to its users.
@@ -310,6 +326,7 @@ class Graph:
             new.add_edge(e.src, e.dst, e.src_index, e.dst_index)
         new.inputs, new.outputs, new.meta = list(self.inputs), list(self.outputs), dict(self.meta)
         new._order = None if self._order is None else list(self._order)  # same nodes, same edges
+        new._in, new._out = dict(self._in), dict(self._out)  # equal, immutable edges
         return new
 
     # ---------------------------------------------------------------- checks
@@ -342,9 +359,7 @@ class Graph:
             if n not in self._g:
                 problems.append(f"output {n!r} is not a node")
         if problems:
-            raise GraphValidationError(
-                f"graph {self.name!r} is inconsistent: " + "; ".join(problems)
-            )
+            raise GraphValidationError(f"graph {self.name!r} is inconsistent: " + "; ".join(problems))
 
     # ---------------------------------------------------------------- helpers
     def find(self, kinds: Iterable[OpKind]) -> list[Node]:

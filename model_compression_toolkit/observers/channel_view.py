@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, Rectangle
 
 from model_compression_toolkit.core.calibration.statistics import (
     NodeStatistics,
@@ -26,6 +25,7 @@ from model_compression_toolkit.core.calibration.statistics import (
     range_spread,
 )
 from model_compression_toolkit.core.graph import Graph, Node
+from model_compression_toolkit.observers.figure_text import stamp
 from model_compression_toolkit.observers.protos import canvas_png
 
 MAX_IMAGES = 48  # pictures of layers without outlier channels, at most
@@ -71,7 +71,9 @@ def title(node: Node, outliers: np.ndarray) -> str:
     """The card's title: the layer and its outlier channels."""
     if not outliers.size:
         return f"{node.name} ({node.layer_type}): no outlier channel"
-    named = ", ".join(str(int(c)) for c in outliers[:MAX_NAMED]) + (", ..." if outliers.size > MAX_NAMED else "")
+    named = ", ".join(str(int(c)) for c in outliers[:MAX_NAMED]) + (
+        ", ..." if outliers.size > MAX_NAMED else ""
+    )
     return f"{node.name} ({node.layer_type}): {outliers.size} outlier channel(s): {named}"
 
 
@@ -82,6 +84,9 @@ class ChannelPlots:
     The y axis is the value over the grid's largest value, symmetric-log: the grid's top
     is 1, a channel spanning a hundredth of the grid shows at 0.01, and the band around 0
     holds what rounds to zero.
+
+    A layer's lines are the same few artists, given its data (creating matplotlib artists
+    costs more than drawing them), and its texts are stamped (`figure_text.stamp`).
     """
 
     def __init__(self) -> None:
@@ -104,6 +109,18 @@ class ChannelPlots:
         ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.42, 1.0), ncol=5, frameon=False,
                   fontsize=_pt(FONT_PX - 2), handlelength=1.0, columnspacing=0.6, handletextpad=0.3)  # fmt: skip
         self.backgrounds: dict[bool, object] = {}
+        # the layer's own artists, animated: left out of the backgrounds, drawn in this order
+        rows = ax.get_yaxis_transform(which="grid")  # x over the axes, y in data
+        self.zero_band = ax.add_patch(Rectangle((0, 0), 1, 0, transform=rows, color="0.85", lw=0))
+        self.grid_bottom = ax.add_line(
+            Line2D([0, 1], [0, 0], transform=rows, color="tab:orange", ls="--", lw=1)
+        )
+        # a colour's bars: one line broken by NaN (a collection would make a path for each bar)
+        self.bars = [ax.add_line(Line2D([], [], color=colour, lw=width, solid_capstyle="butt"))
+                     for colour, width in (("tab:blue", 1.2), ("tab:red", 1.6))]  # fmt: skip
+        self.means = ax.add_line(Line2D([], [], ls="none", marker=".", ms=3, color="0.15"))
+        for artist in (self.zero_band, self.grid_bottom, *self.bars, self.means):
+            artist.set_animated(True)
 
     def _background(self, signed: bool):
         """The axes drawn once for each y range: both signs, or zero and above."""
@@ -114,50 +131,65 @@ class ChannelPlots:
         self.ax.set_ylim(_y(-1.4) if signed else _y(-0.03), _y(1.4))
         return self.backgrounds[signed]
 
-    def _text(self, x: float, y: float, text: str, **kw):
-        return self.fig.text(x / CARD_PX, 1 - y / HEIGHT_PX, text, va="top", **kw)
+    def _draw_lines(self, node: Node, stats: NodeStatistics, outliers: np.ndarray, top: float) -> None:
+        """The zero band and the grid's bottom (with a grid), each channel's bar, the means."""
+        low, high = stats.min_per_channel, stats.max_per_channel
+        rng, n = grid_range(node), low.size
+        x = np.arange(n)
+        wide = np.zeros(n, bool)
+        wide[outliers] = True
+        drawn = []
+        if rng is not None:
+            step = (rng[1] - rng[0]) / max(1, _levels(node))
+            self.zero_band.set_y(_y(-step / 2 / top))
+            self.zero_band.set_height(_y(step / 2 / top) - _y(-step / 2 / top))
+            drawn.append(self.zero_band)
+            if rng[0] < 0:
+                self.grid_bottom.set_ydata([_y(rng[0] / top)] * 2)
+                drawn.append(self.grid_bottom)
+        lo, hi = _y(low / top), _y(high / top)
+        for keep, bars in zip((~wide, wide), self.bars):
+            gaps = np.full(int(keep.sum()), np.nan)
+            bars.set_data(
+                np.stack([x[keep], x[keep], gaps], 1).ravel(), np.stack([lo[keep], hi[keep], gaps], 1).ravel()
+            )
+            drawn += [bars] if keep.any() else []
+        self.means.set_data(x, _y(stats.mean_per_channel / top))
+        for artist in (*drawn, self.means):
+            self.fig.draw_artist(artist)
+
+    def _draw_texts(self, node: Node, stats: NodeStatistics, outliers: np.ndarray, top: float) -> None:
+        """The outliers named by their bars, the first and last channel, the title lines."""
+        ax, canvas, height = self.ax, self.canvas, self.fig.bbox.height
+        n, hi = stats.min_per_channel.size, _y(stats.max_per_channel / top)
+        named = outliers[:MAX_NAMED]
+        points = ax.transData.transform(np.stack([named, hi[named]], 1)) if named.size else np.zeros((0, 2))
+        for c, (px, py) in zip(named, points):
+            if ax.contains_point((px, py)):  # as an annotation at a data point: hidden outside the axes
+                x, y = px + 3 * DPI / 72, height - py + 2 * DPI / 72  # 3 pt right of the bar's top, 2 pt down
+                stamp(canvas, x, y, f"ch {int(c)}", FONT_PX - 1, "tab:red")
+        below = height - ax.bbox.y0 + 3 * DPI / 72
+        ends = ((0, "left"), (n - 1, "right"))[: 1 if n == 1 else 2]
+        for (pos, ha), px in zip(ends, ax.transData.transform([(pos, 0.0) for pos, _ in ends])[:, 0]):
+            stamp(canvas, px, below, str(pos), FONT_PX - 1, ha=ha)
+        name = node.name if len(node.name) <= 26 else "…" + node.name[-25:]
+        stamp(canvas, 6, 4, f"{name} ({node.layer_type}), {n} channels", FONT_PX + 1)
+        grid = f"grid top {top:.4g}" + (
+            f", {_levels(node)} steps" if grid_range(node) is not None else " (no grid: the largest value)"
+        )
+        stamp(canvas, 6, 22, grid, FONT_PX - 1)
 
     def png(self, node: Node, stats: NodeStatistics, outliers: np.ndarray) -> bytes:
-        ax = self.ax
-        low, high, mean = stats.min_per_channel, stats.max_per_channel, stats.mean_per_channel
+        low, high = stats.min_per_channel, stats.max_per_channel
         rng = grid_range(node)
         top = max(abs(rng[0]), abs(rng[1])) if rng is not None else float(np.nanmax(np.abs([low, high])))
         top = top if top > 0 and np.isfinite(top) else 1.0
-        n = low.size
-        x = np.arange(n)
         background = self._background(bool(np.nanmin(low) < 0) or (rng is not None and rng[0] < 0))
-        ax.set_xlim(-0.6, n - 0.4)
-        wide = np.zeros(n, bool)
-        wide[outliers] = True
-        artists = []
-        if rng is not None:
-            step = (rng[1] - rng[0]) / max(1, _levels(node))
-            artists.append(ax.axhspan(_y(-step / 2 / top), _y(step / 2 / top), color="0.85", lw=0))
-            if rng[0] < 0:
-                artists.append(ax.axhline(_y(rng[0] / top), color="tab:orange", ls="--", lw=1))
-        lo, hi = _y(low / top), _y(high / top)
-        for keep, colour, width in ((~wide, "tab:blue", 1.2), (wide, "tab:red", 1.6)):
-            segments = np.stack([np.stack([x[keep], lo[keep]], 1), np.stack([x[keep], hi[keep]], 1)], 1)
-            artists.append(ax.add_collection(LineCollection(segments, colors=colour, linewidths=width), autolim=False))
-        artists += ax.plot(x, _y(mean / top), ls="none", marker=".", ms=3, color="0.15")
-        for c in outliers[:MAX_NAMED]:
-            artists.append(ax.annotate(f"ch {int(c)}", (c, hi[c]), xytext=(3, -2), textcoords="offset points",
-                                       fontsize=_pt(FONT_PX - 1), color="tab:red", va="top"))  # fmt: skip
-        for pos, ha in ((0, "left"), (n - 1, "right"))[: 1 if n == 1 else 2]:
-            artists.append(ax.annotate(str(pos), (pos, 0), xycoords=("data", "axes fraction"), xytext=(0, -3),
-                                       textcoords="offset points", fontsize=_pt(FONT_PX - 1), ha=ha, va="top"))  # fmt: skip
-        name = node.name if len(node.name) <= 26 else "…" + node.name[-25:]
-        artists.append(self._text(6, 4, f"{name} ({node.layer_type}), {n} channels", fontsize=_pt(FONT_PX + 1)))
-        grid = f"grid top {top:.4g}" + (f", {_levels(node)} steps" if rng is not None else " (no grid: the largest value)")
-        artists.append(self._text(6, 22, grid, fontsize=_pt(FONT_PX - 1)))
+        self.ax.set_xlim(-0.6, low.size - 0.4)
         self.canvas.restore_region(background)
-        for artist in artists:
-            artist.set_animated(True)
-            self.fig.draw_artist(artist)
-        png = canvas_png(self.canvas)
-        for artist in artists:
-            artist.remove()
-        return png
+        self._draw_lines(node, stats, outliers, top)
+        self._draw_texts(node, stats, outliers, top)
+        return canvas_png(self.canvas)
 
 
 def _y(values):

@@ -34,6 +34,7 @@ from model_compression_toolkit.core.similarity.report import (
     LayerSimilarity,
     SimilarityReport,
 )
+from model_compression_toolkit.observers.figure_text import stamp
 from model_compression_toolkit.observers.protos import PaletteCanvas, canvas_png
 
 CARD_PX = 350  # TensorBoard's image card: a wider image is shrunk to this width
@@ -111,7 +112,9 @@ class CosinePlots:
         self.matrix = matrix = cosine_matrix(report)
         has = np.isfinite(matrix).any(axis=1) if matrix.size else np.zeros(len(layers), bool)
         safe = np.where(np.isfinite(matrix), matrix, np.inf)
-        self.lows = np.array([safe[i].min() if has[i] else _nan(lay.cosine_min) for i, lay in enumerate(layers)])
+        self.lows = np.array(
+            [safe[i].min() if has[i] else _nan(lay.cosine_min) for i, lay in enumerate(layers)]
+        )
         self.highs = np.array([np.nanmax(matrix[i]) if has[i] else np.nan for i in range(len(layers))])
         means = np.array([_nan(lay.cosine_mean) for lay in layers])
         row_means = np.array([np.nanmean(matrix[i]) if has[i] else np.nan for i in range(len(layers))])
@@ -126,7 +129,8 @@ class CosinePlots:
         fig.subplots_adjust(left=label_px / CARD_PX, right=1 - RIGHT_PX / CARD_PX, top=1 - HEADER_PX / height,
                             bottom=FOOTER_PX / height)  # fmt: skip
         self.ax = ax = fig.add_subplot()
-        ax.set_yticks(self.y, [_short(lay.name) for lay in layers], fontsize=_pt(FONT_PX))
+        ax.set_yticks([])  # the rows' ticks are one line, their names stamped (`_row_names`)
+        ax.add_line(_row_ticks(ax, self.y))
         ax.set_ylim(n - 0.5, -0.5)
         ax.set_xlim(*_xlim(matrix, self.lows, self.highs, self.means, self.local))
         ax.ticklabel_format(axis="x", useOffset=False)
@@ -136,12 +140,28 @@ class CosinePlots:
         ax.grid(True, axis="x", alpha=0.3)
         ax.axvline(1.0, color="0.4", lw=0.8, ls="--")
         self.canvas.draw()
+        self._row_names([_short(lay.name) for lay in layers])
         self.axes_only = self.canvas.copy_from_bbox(fig.bbox)
 
-    def _text(self, x: float, y: float, text: str, size: float = FONT_PX, **kw):
-        """A figure text at (x, y) in pixels from the top left."""
-        width, height = self.fig.bbox.width, self.fig.bbox.height
-        return self.fig.text(x / width, 1 - y / height, text, fontsize=_pt(size), va="top", **kw)
+    def _row_names(self, names: list[str]) -> None:
+        """Each row's name left of its tick, as matplotlib draws a y tick label (right-aligned,
+        ``center_baseline``, the tick's length and pad away), stamped: a Text each costs ten times."""
+        from matplotlib import rcParams
+
+        ax, height = self.ax, self.fig.bbox.height
+        right = ax.bbox.x0 - (rcParams["ytick.major.size"] + rcParams["ytick.major.pad"]) * DPI / 72
+        colour = (
+            rcParams["ytick.labelcolor"]
+            if rcParams["ytick.labelcolor"] != "inherit"
+            else rcParams["ytick.color"]
+        )
+        rows = ax.transData.transform(np.stack([np.zeros(len(names)), self.y[: len(names)]], 1))[:, 1]
+        for name, row in zip(names, rows):
+            stamp(self.canvas, right, height - row, name, FONT_PX, colour, ha="right", va="center_baseline")
+
+    def _text(self, x: float, y: float, text: str, size: float = FONT_PX, **kw) -> None:
+        """A text at (x, y) in pixels from the top left (its top), stamped on the canvas."""
+        stamp(self.canvas, x, y, text, size, **kw)
 
     def _draw(self, background, *artists) -> None:
         """Draw ``artists`` over ``background``; they stay out of any later background."""
@@ -154,11 +174,10 @@ class CosinePlots:
         return self.fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=ncol,
                                fontsize=_pt(FONT_PX - 1), frameon=False, handlelength=1.3, columnspacing=0.9)  # fmt: skip
 
-    def _mark(self, row: int, text: str, colour: str) -> list:
-        """A note right of the axes, level with ``row``."""
-        return [self.ax.annotate(text, (1.0, row), xycoords=("axes fraction", "data"), xytext=(4, 0),
-                                 textcoords="offset points", fontsize=_pt(FONT_PX - 1), color=colour, va="center",
-                                 annotation_clip=False)]  # fmt: skip
+    def _mark(self, row: int, text: str, colour: str) -> None:
+        """A note right of the axes, level with ``row`` (stamped)."""
+        y = self.fig.bbox.height - self.ax.transData.transform((0.0, row))[1]
+        stamp(self.canvas, self.ax.bbox.x1 + 4 * DPI / 72, y, text, FONT_PX - 1, colour, va="center")
 
     def summary(self) -> bytes:
         """The mean per layer coloured by its accumulated error, the band, the worst sample,
@@ -174,14 +193,14 @@ class CosinePlots:
         artists = [band, line, dots, worst, local]
         names = [layer.name for layer in layers]
         start = self.report.drop_start()
+        marks = []  # (row, text, colour), stamped once the artists are drawn
         if start is not None:
             row = names.index(start.name)
             artists.append(ax.axhline(row - 0.5, color="tab:red", lw=1, ls=":"))
-            artists += self._mark(row, "drift starts", "tab:red")
+            marks.append((row, "drift starts", "tab:red"))
         causes = [q for q in self.report.causes() if q.name in names]
         if causes:
-            cause = causes[0]
-            artists += self._mark(names.index(cause.name), "◀ worst cause", "darkred")
+            marks.append((names.index(causes[0].name), "◀ worst cause", "darkred"))
         low, medium = ERROR_CLASS_THRESHOLDS_DB["low"], ERROR_CLASS_THRESHOLDS_DB["medium"]
         handles = [
             Line2D([], [], ls="none", marker="o", color=CLASS_COLOURS["low"], label=f"accumulated error low (≥ {low:g} dB)"),
@@ -192,13 +211,15 @@ class CosinePlots:
             Line2D([], [], ls="none", marker="o", mfc="none", mec="tab:purple", label="local: layer alone"),
         ]  # fmt: skip
         artists.append(self._legend(handles))
-        artists.append(self._text(8, 6, "Cosine similarity, quantized vs float model", FONT_PX + 1, weight="bold"))
+        self._draw(self.axes_only, *artists)
+        for row, text, colour in marks:
+            self._mark(row, text, colour)
+        self._text(8, 6, "Cosine similarity, quantized vs float model", FONT_PX + 1, weight="bold")
         sub = f"mean over {self.matrix.shape[1]} samples, per layer; colour: accumulated error"
-        artists.append(self._text(8, 26, sub, FONT_PX - 1))
+        self._text(8, 26, sub, FONT_PX - 1)
         if causes:
             text = f"worst cause: {_short(causes[0].name, 24)} ({causes[0].kind}), output {causes[0].output_sqnr_db:.1f} dB alone"
-            artists.append(self._text(8, 41, text, FONT_PX - 1, color="darkred"))
-        self._draw(self.axes_only, *artists)
+            self._text(8, 41, text, FONT_PX - 1, colour="darkred")
         return canvas_png(self.canvas)
 
     def samples(self, indices: list[int] | None = None) -> list[bytes]:
@@ -217,23 +238,32 @@ class CosinePlots:
         self._draw(self.axes_only, *static)
         background = self.canvas.copy_from_bbox(self.fig.bbox)
         encoder = PaletteCanvas(self.canvas)
-        title = self._text(8, 6, "", FONT_PX + 1, weight="bold")
-        note = self._text(8, 26, "", FONT_PX - 1, color="tab:red")
         pngs = []
         for i in range(matrix.shape[1]) if indices is None else indices:
             values = matrix[:, i]
             line.set_xdata(values)
-            title.set_text(f"Cosine similarity, sample {i}")
             if np.isfinite(values).any():
                 k = int(np.nanargmin(values))
                 low.set_data([values[k]], [k])
-                note.set_text(f"lowest: {_short(layers[k].name, 24)}, {values[k]:.5f}")
+                note = f"lowest: {_short(layers[k].name, 24)}, {values[k]:.5f}"
             else:
                 low.set_data([], [])
-                note.set_text("no finite value")
-            self._draw(background, line, low, title, note)
+                note = "no finite value"
+            self._draw(background, line, low)
+            self._text(8, 6, f"Cosine similarity, sample {i}", FONT_PX + 1, weight="bold")
+            self._text(8, 26, note, FONT_PX - 1, colour="tab:red")
             pngs.append(encoder.png())
         return pngs
+
+
+def _row_ticks(ax, rows: np.ndarray) -> Line2D:
+    """Every row's y tick mark as one line of markers, as matplotlib draws a tick (``tick1line``)."""
+    from matplotlib import rcParams
+    from matplotlib.lines import TICKLEFT
+
+    size, width, colour = rcParams["ytick.major.size"], rcParams["ytick.major.width"], rcParams["ytick.color"]
+    return Line2D(np.zeros(len(rows)), rows, transform=ax.get_yaxis_transform(which="tick1"), ls="none",
+                  marker=TICKLEFT, ms=size, mew=width, color=colour, zorder=1.5, clip_on=False)  # fmt: skip
 
 
 def _ticks():
@@ -277,7 +307,9 @@ def tile_grid(tiles: np.ndarray) -> np.ndarray:
 
 
 def filters_png(
-    node: Node, quantized_weights: Mapping[str, Mapping[str, np.ndarray]] | None = None, max_filters: int = MAX_FILTERS
+    node: Node,
+    quantized_weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    max_filters: int = MAX_FILTERS,
 ) -> bytes:
     """Float filters beside their quantized version; each filter pair is scaled by the
     float filter's max |w|, so rounding and clipping show as colour changes.
@@ -293,7 +325,9 @@ def filters_png(
     error = 0.0
     if quantize:
         quantized = np.nan_to_num(
-            np.asarray(node_weight(node, "kernel", True, quantized_weights), dtype=np.float64), posinf=0.0, neginf=0.0
+            np.asarray(node_weight(node, "kernel", True, quantized_weights), dtype=np.float64),
+            posinf=0.0,
+            neginf=0.0,
         )
         peak = float(np.max(np.abs(kernel))) or 1.0
         error = float(np.max(np.abs(quantized - kernel))) / peak

@@ -10,6 +10,7 @@ Pure builders (each checked on its own by the tests):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import itertools
@@ -24,14 +25,10 @@ from typing import Any
 
 import numpy as np
 from tensorboard.compat.proto import (
-    allocation_description_pb2,
     attr_value_pb2,
     config_pb2,
     graph_pb2,
-    node_def_pb2,
-    step_stats_pb2,
     summary_pb2,
-    tensor_description_pb2,
     tensor_pb2,
     tensor_shape_pb2,
     types_pb2,
@@ -44,6 +41,7 @@ from model_compression_toolkit.pipeline.events import NodeMemory
 RESOURCES_TAG = "Resources"
 IN_SHORT = "» in short"  # the node panel lists attributes in reverse alphabetical order: this one first
 ALLOCATOR = "weights_and_activation"
+
 
 def device_name(label: str, index: int = 0) -> str:
     """A device name TensorBoard lists and colours: ``/device:<label>:<index>`` (its legend
@@ -85,15 +83,41 @@ def graph_node_names(graph: Graph) -> dict[str, str]:
 # served pbtxt, escapes included: ``after '5'`` showed as ``after \\'5\\'`` and a non-ASCII
 # character as octal bytes (``\\342\\211\\245``). Strings are written in the ASCII that
 # text_format leaves alone.
-_AS_SHOWN = str.maketrans({"'": "`", '"': "`", "\\": "/", "\n": " ", "\r": " ", "\t": " ", "≥": ">=", "≤": "<="})
+_AS_SHOWN = str.maketrans(
+    {"'": "`", '"': "`", "\\": "/", "\n": " ", "\r": " ", "\t": " ", "≥": ">=", "≤": "<="}
+)
 
 
 def shown_text(text: str) -> str:
     """``text`` as the node panel can show it: quotes as backticks, a backslash as ``/``, line
     breaks as spaces, accented letters without their accents, other non-ASCII as ``?``."""
+    if text.isascii():  # nothing to decompose or replace: the translation alone
+        return text.translate(_AS_SHOWN)
     decomposed = unicodedata.normalize("NFKD", text.translate(_AS_SHOWN))
     ascii_only = "".join(c for c in decomposed if not unicodedata.combining(c))
     return ascii_only.encode("ascii", "replace").decode("ascii").translate(_AS_SHOWN)
+
+
+@functools.lru_cache(maxsize=8192)
+def _shown_bytes(text: str) -> bytes:
+    """`shown_text` as bytes, once per string: a graph's panels repeat the same few values."""
+    return shown_text(text).encode("utf-8")
+
+
+def set_attr_value(av: attr_value_pb2.AttrValue, value: Any) -> None:
+    """Fill the empty ``av`` (a NodeDef's ``attr[key]``) as `attr_value` would, in place: a
+    plain str, bool, int or float (most attributes) without building an AttrValue to copy."""
+    kind = type(value)
+    if kind is str:
+        av.s = _shown_bytes(value)
+    elif kind is bool:
+        av.b = value
+    elif kind is int:
+        av.i = value
+    elif kind is float:
+        av.f = value
+    else:
+        av.CopyFrom(attr_value(value))
 
 
 def attr_value(value: Any) -> attr_value_pb2.AttrValue:
@@ -125,6 +149,18 @@ def _legend_text(device: str) -> str:
 
 
 def _shape_proto(shape: Sequence[int | None]) -> tensor_shape_pb2.TensorShapeProto:
+    try:
+        return _shape_proto_cached(tuple(shape))  # the same few shapes, over and over
+    except TypeError:  # a dimension that does not hash
+        return _new_shape_proto(shape)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape_proto_cached(shape: tuple) -> tensor_shape_pb2.TensorShapeProto:
+    return _new_shape_proto(shape)
+
+
+def _new_shape_proto(shape: Sequence[int | None]) -> tensor_shape_pb2.TensorShapeProto:
     dims = [tensor_shape_pb2.TensorShapeProto.Dim(size=-1 if d is None else int(d)) for d in shape]
     return tensor_shape_pb2.TensorShapeProto(dim=dims)
 
@@ -135,6 +171,7 @@ def graph_def(
     attrs: Mapping[str, Mapping[str, Any]] | None = None,
     devices: Mapping[str, str] | None = None,
     legend: Sequence[tuple[str, str]] = (),
+    names: Mapping[str, str] | None = None,
 ) -> graph_pb2.GraphDef:
     """One NodeDef per node: inputs in order (``src:k`` for output k > 0), op = layer type.
 
@@ -145,25 +182,26 @@ def graph_def(
             "Color by device" groups by it.
         legend: (node name, device) of nodes with no edge put first, so that TensorBoard
             meets their devices first and gives them the first palette colours in order.
+        names: `graph_node_names` of the graph, where the caller has them already.
     """
-    names = graph_node_names(graph)
-    nodes = [
-        node_def_pb2.NodeDef(name=name, op="legend", device=device, attr={IN_SHORT: attr_value(_legend_text(device))})
-        for name, device in legend
-    ]
+    names = graph_node_names(graph) if names is None else names
+    proto = graph_pb2.GraphDef()
+    add = proto.node.add  # each NodeDef built in place: no copy into the GraphDef
+    for name, device in legend:
+        set_attr_value(add(name=name, op="legend", device=device).attr[IN_SHORT], _legend_text(device))
+    attrs, devices = attrs or {}, devices or {}
     for node in graph.nodes():
         inputs = [
             names[e.src] + (f":{e.src_index}" if e.src_index > 0 else "") for e in graph.in_edges(node.name)
         ]
-        device = (devices or {}).get(node.name) or device_name(node.layer_type)
-        nd = node_def_pb2.NodeDef(name=names[node.name], op=node.layer_type, input=inputs, device=device)
-        for key, value in (attrs or {}).get(node.name, {}).items():
-            nd.attr[key].CopyFrom(attr_value(value))
+        device = devices.get(node.name) or device_name(node.layer_type)
+        nd = add(name=names[node.name], op=node.layer_type, input=inputs, device=device)
+        panel = nd.attr
+        for key, value in attrs.get(node.name, {}).items():
+            set_attr_value(panel[key], value)
         if node.output_shapes:
-            shapes = [_shape_proto(s) for s in node.output_shapes]
-            nd.attr["_output_shapes"].list.shape.extend(shapes)
-        nodes.append(nd)
-    return graph_pb2.GraphDef(node=nodes)
+            panel["_output_shapes"].list.shape.extend([_shape_proto(s) for s in node.output_shapes])
+    return proto
 
 
 def run_metadata(
@@ -172,6 +210,7 @@ def run_metadata(
     devices: Mapping[str, str] | None = None,
     start_micros: int | None = None,
     legend: Sequence[tuple[str, str]] = (),
+    names: Mapping[str, str] | None = None,
 ) -> config_pb2.RunMetadata:
     """Per-node memory as step stats, read by the Graphs dashboard under the ``Resources`` tag.
 
@@ -186,50 +225,44 @@ def run_metadata(
     not the graph's: the ``legend`` nodes (`graph_def`'s, each a device, in palette order)
     come first, with no memory, so a class has the same colour here as in the run graph.
     """
-    names = graph_node_names(graph)
+    names = graph_node_names(graph) if names is None else names
     start = int(time.time() * 1e6) if start_micros is None else start_micros
-    by_device: dict[str, list[step_stats_pb2.NodeExecStats]] = {
-        device: [step_stats_pb2.NodeExecStats(node_name=name, all_start_micros=start)]
-        for name, device in legend
-    }
+    by_device: dict[str, list] = {device: [name] for name, device in legend}  # a legend node: its name
     for node in graph.nodes():
-        mem = memory.get(node.name, NodeMemory(0.0, 0.0))
-        w_bytes, a_bytes = math.ceil(mem.weights_bytes), math.ceil(mem.activation_bytes)
-        total = math.ceil(mem.total_bytes)
-        allocs = [
-            step_stats_pb2.AllocatorMemoryUsed(
-                allocator_name=ALLOCATOR, total_bytes=total, peak_bytes=total, live_bytes=w_bytes
-            )
-        ]
-        n_out = max(1, len(node.output_shapes))
-        outputs = [
-            step_stats_pb2.NodeOutput(
-                slot=slot,
-                tensor_description=tensor_description_pb2.TensorDescription(
-                    dtype=types_pb2.DT_FLOAT,
-                    shape=_shape_proto([1, *shape[1:]]),
-                    allocation_description=allocation_description_pb2.AllocationDescription(
-                        requested_bytes=math.ceil(a_bytes / n_out), allocator_name="activation"
-                    ),
-                ),
-            )
-            for slot, shape in enumerate(node.output_shapes)
-        ]
-        stats = step_stats_pb2.NodeExecStats(
-            node_name=names[node.name],
-            all_start_micros=start,
-            memory=allocs,
-            output=outputs,
-            timeline_label=f"{names[node.name]} = {node.layer_type}()",
-        )
         device = (devices or {}).get(node.name) or device_name(node.layer_type)
-        by_device.setdefault(device, []).append(stats)
-    dev_stats = [step_stats_pb2.DeviceStepStats(device=d, node_stats=s) for d, s in by_device.items()]
-    return config_pb2.RunMetadata(step_stats=step_stats_pb2.StepStats(dev_stats=dev_stats))
+        by_device.setdefault(device, []).append(node)
+    proto = config_pb2.RunMetadata()
+    add_device = proto.step_stats.dev_stats.add  # built in place: no copies
+    for device, members in by_device.items():
+        add_stats = add_device(device=device).node_stats.add
+        for node in members:
+            if isinstance(node, str):
+                add_stats(node_name=node, all_start_micros=start)
+                continue
+            _node_stats(add_stats, node, names[node.name], memory.get(node.name, NodeMemory(0.0, 0.0)), start)
+    return proto
+
+
+def _node_stats(add_stats: Any, node: Any, name: str, mem: NodeMemory, start: int) -> None:
+    """A node's memory as `run_metadata` lays it out, added by ``add_stats``."""
+    w_bytes, a_bytes = math.ceil(mem.weights_bytes), math.ceil(mem.activation_bytes)
+    total = math.ceil(mem.total_bytes)
+    stats = add_stats(node_name=name, all_start_micros=start, timeline_label=f"{name} = {node.layer_type}()")
+    stats.memory.add(allocator_name=ALLOCATOR, total_bytes=total, peak_bytes=total, live_bytes=w_bytes)
+    n_out = max(1, len(node.output_shapes))
+    for slot, shape in enumerate(node.output_shapes):
+        description = stats.output.add(slot=slot).tensor_description
+        description.dtype = types_pb2.DT_FLOAT
+        description.shape.CopyFrom(_shape_proto([1, *shape[1:]]))
+        allocation = description.allocation_description
+        allocation.requested_bytes = math.ceil(a_bytes / n_out)
+        allocation.allocator_name = "activation"
 
 
 # ---------------------------------------------------------------- histograms
 MAX_BUCKETS = 256  # buckets written per histogram; TensorBoard's chart redraws them as 30
+
+
 def histogram_proto(
     counts: np.ndarray,
     edges: np.ndarray,

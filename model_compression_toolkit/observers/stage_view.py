@@ -40,6 +40,7 @@ from model_compression_toolkit.observers.protos import (
     RESOURCES_TAG,
     finite_values,
     graph_def,
+    graph_node_names,
     histogram_from_values,
     histogram_proto,
     run_metadata,
@@ -61,16 +62,19 @@ def stage_run(stage: str) -> str:
     return STAGE_RUNS[stage]
 
 
-def write_graph(writer: RunWriter, graph: Graph, memory: Mapping, report=None, tag: str | None = None) -> None:
+def write_graph(
+    writer: RunWriter, graph: Graph, memory: Mapping, report=None, tag: str | None = None
+) -> None:
     """The graph, its ``Resources`` and, with a similarity report, its colours by error.
     With ``tag``: a second graph of the run, under that tag (no ``Resources`` of its own)."""
     devices, legend = error_devices(graph, report) if report is not None else (None, ())
-    proto = graph_def(graph, graph_attrs(graph, memory, report), devices, legend)
+    names = graph_node_names(graph)
+    proto = graph_def(graph, graph_attrs(graph, memory, report), devices, legend, names=names)
     if tag is not None:
         writer.add_tagged_graph(tag, proto)
         return
     writer.add_graph(proto)
-    writer.add_run_metadata(RESOURCES_TAG, run_metadata(graph, memory, devices, legend=legend))
+    writer.add_run_metadata(RESOURCES_TAG, run_metadata(graph, memory, devices, legend=legend, names=names))
 
 
 def write_stage(open_writer: Callable[[str], RunWriter], report: StageReport) -> None:
@@ -84,7 +88,9 @@ def write_stage(open_writer: Callable[[str], RunWriter], report: StageReport) ->
     stats = report.statistics
     if stats is not None and name == STATISTICS_STAGE:
         for field in PER_CHANNEL:
-            open_writer(f"{run}/{field}").add_scalar_series({node: getattr(s, field) for node, s in stats.items()})
+            open_writer(f"{run}/{field}").add_scalar_series(
+                {node: getattr(s, field) for node, s in stats.items()}
+            )
     if stats is not None and name == THRESHOLDS_STAGE:
         pairs, titles = grid_histograms(graph, stats)
         main.add_histogram_pairs(pairs, titles)
@@ -114,7 +120,9 @@ def grid_histograms(
             histogram_proto(through, s.edges),
         )
         step = float(np.max(act.grid.scale))
-        titles[node.name] = f"{node.name}: float (step 0) and through its {act.n_bits}-bit grid, step {step:.4g} (step 1)"
+        titles[node.name] = (
+            f"{node.name}: float (step 0) and through its {act.n_bits}-bit grid, step {step:.4g} (step 1)"
+        )
     return pairs, titles
 
 
@@ -129,7 +137,9 @@ def _weight_pair(float_weights: np.ndarray, quantized: np.ndarray) -> tuple | No
     return histogram_from_values(finite[0], *bins), histogram_from_values(finite[1], *bins)
 
 
-def weight_histograms(graph: Graph, quantized: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, HistogramPair]:
+def weight_histograms(
+    graph: Graph, quantized: Mapping[str, Mapping[str, np.ndarray]]
+) -> dict[str, HistogramPair]:
     """Tag ``<layer>/weights`` (other weights: ``<layer>/weights/<name>``) -> float and
     quantized histograms on the same bins.
 
@@ -137,7 +147,11 @@ def weight_histograms(graph: Graph, quantized: Mapping[str, Mapping[str, np.ndar
     counts, so the cores the model build leaves idle share the work.
     """
     pairs = [
-        (f"{name}/weights" if wname == "kernel" else f"{name}/weights/{wname}", graph.node(name).weights[wname], q)
+        (
+            f"{name}/weights" if wname == "kernel" else f"{name}/weights/{wname}",
+            graph.node(name).weights[wname],
+            q,
+        )
         for name, weights in quantized.items()
         if name in graph
         for wname, q in weights.items()

@@ -93,3 +93,22 @@ def test_quantized_weight_must_exist():
 def test_output_size_drops_the_batch_dimension():
     node = Node("n", OpKind.CONV, "Conv2d", output_shapes=[(None, 8, 4, 4)])
     assert node.output_size() == 128
+
+
+def test_edge_lists_follow_every_edit_after_being_read():
+    """``in_edges``/``out_edges`` are kept between reads: each edit must show at once."""
+    g = chain(OpKind.INPUT, OpKind.DROPOUT, OpKind.ACTIVATION)
+    g.add_node(Node("side", OpKind.INPUT, "input"))
+    assert [e.src for e in g.in_edges("n2")] == ["n1"] and [e.dst for e in g.out_edges("n0")] == ["n1"]
+    g.in_edges("n2").clear()  # the caller's list, not the graph's
+    added = g.add_edge("side", "n2", dst_index=1)
+    assert g.in_edges("n2")[1] == added and [e.dst for e in g.out_edges("side")] == ["n2"]
+    copied = g.copy()
+    g.remove_edge(added)
+    assert [e.src for e in g.in_edges("n2")] == ["n1"] and g.out_edges("side") == []
+    assert [e.src for e in copied.in_edges("n2")] == ["n1", "side"]  # the copy keeps its own
+    g.bypass("n1")
+    assert [e.src for e in g.in_edges("n2")] == ["n0"] and [e.dst for e in g.out_edges("n0")] == ["n2"]
+    g.remove_node("side")
+    assert "side" not in g and [e.src for e in g.in_edges("n2")] == ["n0"]
+    g.validate()
