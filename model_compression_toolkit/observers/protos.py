@@ -370,7 +370,8 @@ def canvas_png(canvas: Any) -> bytes:
     """An Agg canvas as drawn so far, as a PNG with a 256-colour palette, not dithered.
 
     A plot of lines and text has few colours: the palette keeps it unchanged to the eye
-    at a third of the bytes of RGB, and every byte written costs checksum time.
+    at a third of the bytes of RGB, and every byte written costs checksum time
+    (deflated at `PNG_COMPRESSION`).
     """
     return _png(_quantize(_canvas_image(canvas)))
 
@@ -412,9 +413,14 @@ def _quantize(image: Any) -> Any:
     return image.quantize(256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
 
 
+# zlib level for the pictures' PNGs: 3 deflates a palette plot in half the time of the default
+# 6 for a fifth more bytes (the pixels are the same: PNG is lossless)
+PNG_COMPRESSION = 3
+
+
 def _png(image: Any) -> bytes:
     buf = io.BytesIO()
-    image.save(buf, format="png")
+    image.save(buf, format="png", compress_level=PNG_COMPRESSION)
     return buf.getvalue()
 
 
