@@ -1,0 +1,67 @@
+"""`figure_text.stamp` draws a string where, and as, a matplotlib Text would."""
+
+import numpy as np
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from model_compression_toolkit.observers.figure_text import stamp
+
+WIDTH, HEIGHT, DPI = 300, 40, 100
+
+
+def _drawn(draw) -> np.ndarray:
+    fig = Figure(figsize=(WIDTH / DPI, HEIGHT / DPI), dpi=DPI)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    draw(fig, canvas)
+    return np.asarray(canvas.buffer_rgba())[..., :3].astype(int)
+
+
+def _text(x, y, text, size_px, colour="black", **kw):
+    def draw(fig, canvas):
+        artist = fig.text(x / WIDTH, 1 - y / HEIGHT, text, fontsize=size_px * 72 / DPI, color=colour, **kw)
+        artist.set_animated(True)
+        fig.draw_artist(artist)
+
+    return _drawn(draw)
+
+
+def _stamped(x, y, text, size_px, colour="black", **kw):
+    return _drawn(lambda fig, canvas: stamp(canvas, x, y, text, size_px, colour, **kw))
+
+
+def _ink_box(pixels: np.ndarray) -> tuple[int, int, int, int]:
+    rows, cols = np.nonzero((pixels < 200).any(axis=-1))
+    return rows.min(), rows.max(), cols.min(), cols.max()
+
+
+@pytest.mark.parametrize(
+    ("text", "size", "weight", "colour"),
+    [
+        ("p2o/GlobalAveragePool/0 (OnnxGlobalAveragePool), 240 channels", 12, "normal", "black"),
+        ("grid top 5.927, 255 steps", 10, "normal", "black"),
+        ("Cosine similarity, sample 13", 12, "bold", "black"),
+        ("lowest: …ock/conv2/Conv, 0.99871", 10, "normal", "tab:red"),
+    ],
+)
+def test_a_title_at_a_whole_pixel_is_the_texts_pixels(text, size, weight, colour):
+    want = _text(6, 4, text, size, colour, va="top", weight=weight)
+    got = _stamped(6, 4, text, size, colour, weight=weight)
+    ink = (want < 250).any(axis=-1).sum()
+    off = (np.abs(want - got) > 2).any(axis=-1)  # beyond the blend's rounding
+    assert off.sum() <= 0.02 * ink and np.abs(want - got).max() <= 32  # a glyph edge a shade apart, at most
+
+
+@pytest.mark.parametrize(("ha", "va"), [("right", "top"), ("center", "center"), ("right", "center_baseline")])
+def test_aligned_text_lands_within_a_pixel_of_the_texts(ha, va):
+    for text, y in (("239", 20.0), ("…conv2/Conv", 17.3), ("gy|", 22.5)):
+        want = _ink_box(_text(150, y, text, 11, ha=ha, va=va))
+        got = _ink_box(_stamped(150, y, text, 11, ha=ha, va=va))
+        assert max(abs(w - g) for w, g in zip(want, got)) <= 1, (text, want, got)
+
+
+@pytest.mark.filterwarnings("ignore:Glyph .* missing from font")
+def test_a_character_the_font_lacks_is_drawn_by_matplotlib():
+    text = "层 conv"  # no CJK in DejaVu Sans: matplotlib's own Text (its fallback fonts) draws it
+    assert np.array_equal(_stamped(6, 4, text, 12), _text(6, 4, text, 12, va="top"))
