@@ -351,13 +351,24 @@ def filters_png(
              "each scaled by its float max |w|"]  # fmt: skip
     if quantize:
         lines.append(f"largest error {100 * error:.2g} % of max |w|")
-    fig.text(0.5, 1 - 4 / height, "\n".join(lines), ha="center", va="top", fontsize=_pt(FONT_PX - 1))
-    for i, ((title, _), image) in enumerate(zip(panels, images)):
-        x = margin + i * (panel_w + max(gap, 0)) if len(images) > 1 else (width - panel_w) // 2
+    lefts = [
+        margin + i * (panel_w + max(gap, 0)) if len(images) > 1 else (width - panel_w) // 2
+        for i in range(len(images))
+    ]
+    for x, image in zip(lefts, images):
         fig.figimage(image, xo=x, yo=margin, origin="upper")
-        fig.text((x + panel_w / 2) / width, (margin + panel_h + 4) / height, title, ha="center", va="bottom",
-                 fontsize=_pt(FONT_PX - 1))  # fmt: skip
     canvas.draw()
+    stamp(canvas, width / 2, 4, "\n".join(lines), FONT_PX - 1, ha="center")  # the texts over the panels
+    for x, (title, _) in zip(lefts, panels):
+        stamp(
+            canvas,
+            x + panel_w / 2,
+            height - margin - panel_h - 4,
+            title,
+            FONT_PX - 1,
+            ha="center",
+            va="bottom",
+        )
     return canvas_png(canvas)  # a 256-colour map and black text: the palette loses nothing
 
 

@@ -39,24 +39,32 @@ def stamp(
 ) -> None:
     """Draw ``text`` on ``canvas`` (a drawn ``FigureCanvasAgg``) at (``x``, ``y``) pixels from
     the canvas's top left, in ``size_px`` pixels, aligned as a matplotlib Text: ``ha`` (which
-    side of the box ``x`` is: ``left``, ``center`` or ``right``) and ``va`` (what ``y`` is:
-    the box's ``top``, its ``center``, or ``center_baseline``, half its ascent below the top)."""
+    side of the box ``x`` is: ``left``, ``center`` or ``right``; each line's, as matplotlib
+    aligns lines) and ``va`` (what ``y`` is: the box's ``top``, ``bottom`` or ``center``, or
+    ``center_baseline``, half the last baseline's depth below the top)."""
     from matplotlib import colors, rcParams
 
-    drawn = _ink(
-        _font_path(weight), float(size_px), float(canvas.figure.dpi), text, rcParams["text.antialiased"]
-    )
-    if drawn is None:
+    path, dpi, antialiased = _font_path(weight), float(canvas.figure.dpi), rcParams["text.antialiased"]
+    drawn = [_ink(path, float(size_px), dpi, line, antialiased) for line in text.split("\n")]
+    if any(line is None for line in drawn):
         _matplotlib_text(canvas, x, y, text, size_px, colour, ha, va, weight)
         return
-    ink, width, height, descent, offset, (typo_ascent, typo_descent) = drawn
-    ascent = max(height - descent, typo_ascent)  # the box above and below the baseline
-    below = max(descent, typo_descent)
-    top = {"top": y, "center": y - (ascent + below) / 2, "center_baseline": y - ascent / 2}[va]
-    baseline = top + ascent
-    left = round(x - {"left": 0.0, "center": width / 2, "right": width}[ha] + offset)  # nearest to matplotlib
-    bottom = round(baseline + descent) + 1  # matplotlib's Agg: the bitmap's bottom row, exclusive
-    _blend(np.asarray(canvas.buffer_rgba()), ink, left, bottom - ink.shape[0], colors.to_rgb(colour))
+    # matplotlib's layout: a line's box reaches at least the font's ascent and descent, and
+    # lines (of a text of several) are a line gap apart
+    ascent, descent, gap = drawn[0][-1]
+    gap = gap if len(drawn) > 1 else 0.0
+    boxes = [(max(h - d, ascent) + gap / 2, max(d, descent) + gap / 2) for _, _, h, d, _, _ in drawn]
+    baselines = np.cumsum([0.0] + [below + above for (_, below), (above, _) in zip(boxes, boxes[1:])])
+    baselines += boxes[0][0]  # from the box's top
+    height = baselines[-1] + boxes[-1][1]
+    top = y - {"top": 0.0, "bottom": height, "center": height / 2, "center_baseline": baselines[-1] / 2}[va]
+    rgba, rgb = np.asarray(canvas.buffer_rgba()), colors.to_rgb(colour)
+    for (ink, width, _, below, offset, _), baseline in zip(drawn, baselines):
+        left = round(
+            x - {"left": 0.0, "center": width / 2, "right": width}[ha] + offset
+        )  # nearest to matplotlib
+        bottom = round(top + baseline + below) + 1  # matplotlib's Agg: the bitmap's bottom row, exclusive
+        _blend(rgba, ink, left, bottom - ink.shape[0], rgb)
 
 
 def _blend(rgba: np.ndarray, ink: np.ndarray, left: int, top: int, rgb: tuple[float, ...]) -> None:
@@ -82,12 +90,14 @@ def _font_path(weight: str) -> str:
 @functools.lru_cache(maxsize=512)
 def _ink(path: str, size_px: float, dpi: float, text: str, antialiased: bool) -> tuple | None:
     """(the string's bitmap, its width, height and descent, the bitmap's x offset, in pixels,
-    and the font's ascent and descent) or None where the font lacks a character; a string drawn again
-    (a first or last channel's number) is rendered once."""
+    and the font's ascent, descent and line gap) or None where the font lacks a character; a
+    string drawn again (a first or last channel's number) is rendered once."""
     from matplotlib.backends.backend_agg import get_hinting_flag
 
     font, typo = _font(path, size_px, dpi)
-    if not text or any(font.get_char_index(ord(c)) == 0 for c in text):
+    if not text:
+        return np.zeros((0, 0), np.uint8), 0.0, 0.0, 0.0, 0.0, typo
+    if any(font.get_char_index(ord(c)) == 0 for c in text):
         return None
     with _LOCK:  # one font object per size: one string at a time
         font.set_text(text, 0.0, flags=get_hinting_flag())
@@ -98,16 +108,18 @@ def _ink(path: str, size_px: float, dpi: float, text: str, antialiased: bool) ->
 
 
 @functools.lru_cache(maxsize=32)
-def _font(path: str, size_px: float, dpi: float) -> tuple[Any, tuple[float, float]]:
+def _font(path: str, size_px: float, dpi: float) -> tuple[Any, tuple[float, float, float]]:
     """(a font of its own, sized, so that no matplotlib Text resizes it; its ascent and
-    descent in pixels, the least matplotlib's layout gives a line)."""
+    descent in pixels, the least matplotlib's layout gives a line, and its line gap)."""
     from matplotlib.ft2font import FT2Font
 
     font = FT2Font(path)
     font.set_size(size_px * 72 / dpi, dpi)
     os2 = font.get_sfnt_table("OS/2")
     scale = size_px / font.units_per_EM
-    return font, (os2["sTypoAscender"] * scale, -os2["sTypoDescender"] * scale) if os2 else (0.0, 0.0)
+    if not os2:
+        return font, (0.0, 0.0, 0.0)
+    return font, (os2["sTypoAscender"] * scale, -os2["sTypoDescender"] * scale, os2["sTypoLineGap"] * scale)
 
 
 def _matplotlib_text(canvas: Any, x: float, y: float, text: str, size_px: float, colour: Any, ha: str, va: str,

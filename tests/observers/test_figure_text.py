@@ -61,6 +61,16 @@ def test_aligned_text_lands_within_a_pixel_of_the_texts(ha, va):
         assert max(abs(w - g) for w, g in zip(want, got)) <= 1, (text, want, got)
 
 
+@pytest.mark.parametrize(("va", "y"), [("top", 2), ("bottom", 39), ("center", 20)])
+def test_lines_are_a_line_gap_apart_as_matplotlib_stacks_them(va, y):
+    text = "conv1: 16 of 16 filters\neach scaled by its float max |w|\nlargest error 0.78 %"
+    want, got = _text(150, y, text, 10, ha="center", va=va), _stamped(150, y, text, 10, ha="center", va=va)
+    rows = [np.nonzero((pixels < 200).any(axis=-1))[0] for pixels in (want, got)]
+    starts = [r[np.r_[0, np.nonzero(np.diff(r) > 1)[0] + 1]] for r in rows]  # each line's first ink row
+    assert len(starts[0]) == len(starts[1]) == 3
+    assert np.abs(starts[0] - starts[1]).max() <= 1
+
+
 @pytest.mark.filterwarnings("ignore:Glyph .* missing from font")
 def test_a_character_the_font_lacks_is_drawn_by_matplotlib():
     text = "层 conv"  # no CJK in DejaVu Sans: matplotlib's own Text (its fallback fonts) draws it
