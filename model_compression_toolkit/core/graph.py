@@ -151,6 +151,7 @@ class Graph:
         self.outputs: list[tuple[str, int]] = []  # (node, output index), in output order
         self.meta: dict[str, Any] = {}  # backend data about the whole model; never logged
         self._order: list[str] | None = None
+        self._nodes: tuple[list[str], list[Node]] | None = None  # the nodes of that very order
         # node -> its sorted in/out edges, kept until an edit touches that node
         self._in: dict[str, tuple[Edge, ...]] = {}
         self._out: dict[str, tuple[Edge, ...]] = {}
@@ -170,7 +171,11 @@ class Graph:
 
     def nodes(self) -> list[Node]:
         """All nodes in a stable topological order."""
-        return [self.node(n) for n in self.topological_order()]
+        if self._order is None or self._nodes is None or self._nodes[0] is not self._order:
+            self.topological_order()  # a new order list: an edit forgot the old one
+            assert self._order is not None
+            self._nodes = (self._order, [self._g.nodes[n]["node"] for n in self._order])
+        return list(self._nodes[1])
 
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes())

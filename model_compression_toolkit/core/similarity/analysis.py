@@ -118,9 +118,10 @@ class _PointAccumulator:
             )
         return ref, out
 
-    def update(self, reference: np.ndarray, quantized: np.ndarray) -> None:
+    def update(self, reference: np.ndarray, quantized: np.ndarray, alone: bool = True) -> None:
         """Reduce one chunk of samples of the quantized model, block by block: accumulated
-        error, both histograms, clipped values."""
+        error, both histograms, clipped values; and with ``alone``, the activation quantizer's
+        own error on the chunk's float output (the impact samples': `analyze`)."""
         ref, q = self._check(reference, quantized)
         if self.bins is None:
             finite = reference[np.isfinite(reference)]
@@ -138,7 +139,7 @@ class _PointAccumulator:
                 self.clipped += int(np.count_nonzero((r < lo - step / 2) | (r > hi + step / 2)))
         self.accumulated.append(sums.result())
         self.total += ref.size
-        if self.alone is not None and self.grid is not None:
+        if alone and self.alone is not None and self.grid is not None:
             quantize = _block_quantizer(self.grid, np.asarray(reference).dtype)
             if quantize is not None:
                 self.alone.add_quantized(reference, quantize)
@@ -256,13 +257,17 @@ class _Router:
         self.float_outputs: Mapping[str, np.ndarray] = {}  # of the chunk being run
         self.record: set[str] = set()  # the points whose output of this chunk is kept (copied)
         self.recorded: dict[str, np.ndarray] = {}
+        self.alone = True  # whether the chunk measures each quantizer's own error too
 
     def __call__(self, name: str, value: np.ndarray) -> None:
         if name in self.record:
             self.recorded[name] = np.array(value)
         acc = self.by_name[name]
         reference = self.float_outputs[acc.point.reference]
-        (acc.update_local if self.local else acc.update)(reference, value)
+        if self.local:
+            acc.update_local(reference, value)
+        else:
+            acc.update(reference, value, self.alone)
 
 
 def analyze(
@@ -293,7 +298,8 @@ def analyze(
         weights: quantized weights already computed (node -> weight name -> array).
         q_model: the model built from ``q_graph`` with ``weights``, whose layers the
             analysis's quantized model reuses where the backend can (`Backend.build`).
-        impact_samples: the first samples each quantizer's output impact is measured on.
+        impact_samples: the first samples each quantizer's output impact, and its own
+            error (whole, per channel, values rounded to zero), is measured on.
         max_impact_quantizers: how many quantizers at most get their impact measured
             (those whose own error is not negligible, the largest first).
         l_p_value: the p of the ``LP`` error method, for the grids the suggested fix tries.
@@ -344,6 +350,9 @@ def analyze(
             if f_outputs is not None:
                 f_outputs.append([np.array(f_out[reference_of[name]]) for name in outputs])
         q_tap.record = set(outputs) if impact_chunk and q_outputs is not None else set()
+        # a quantizer's own error (its channels, its zeros) is a property of its grid: measured
+        # on the impact samples, where the impacts it selects are measured, not on every one
+        q_tap.alone = impact_chunk or seen == 0
         q_tap.float_outputs = local_tap.float_outputs = f_out
         backend.forward(quantized_model, chunk)
         if q_tap.record and q_outputs is not None:
