@@ -84,6 +84,39 @@ def select_thresholds(
             observer.progress(Progress("thresholds", done, len(nodes), "layers"))
 
 
+class _StatisticsTap:
+    """The statistics pass's tap: each output, as the model makes it, goes to the collectors
+    that read it; only the outputs named in ``keep`` (set before each batch) are held.
+
+    A collector's error is raised after the run (`batch_values`), as the error it is, not
+    as the model's failing on the batch."""
+
+    def __init__(self, refs: dict[str, str], collectors: dict[str, StatisticsCollector]) -> None:
+        self.readers: dict[str, list[StatisticsCollector]] = {}
+        for name, ref in refs.items():
+            self.readers.setdefault(ref, []).append(collectors[name])
+        self.keep: set[str] = set()
+        self._values: dict[str, np.ndarray] = {}
+        self._error: BaseException | None = None
+
+    def __call__(self, name: str, value: np.ndarray) -> None:
+        if self._error is None:
+            try:
+                for collector in self.readers.get(name, ()):
+                    collector.update(value)
+            except Exception as error:  # raised again once the run is over
+                self._error = error
+        if name in self.keep:
+            self._values[name] = value
+
+    def batch_values(self) -> dict[str, np.ndarray]:
+        """The outputs kept from the run just over (and forgotten here)."""
+        if self._error is not None:
+            raise self._error
+        values, self._values = self._values, {}
+        return values
+
+
 def _after(value: np.ndarray, kept: int, batch: int) -> np.ndarray:
     """The samples of a batch's output after the first ``kept`` (none if it has no batch axis)."""
     return value[kept:] if kept < batch and has_batch_axis(value, batch) else np.empty(0, np.float32)
@@ -273,7 +306,11 @@ class Session:
         bins = self.config.quantization_config.histogram_bins
         second = wants_second_moments(graph)  # HMSE weighs weights by their inputs' E[x^2]
         collectors = {n: StatisticsCollector(bins, graph.node(n).channel_axis, second) for n in names}
-        model = self.backend.build(source, quantized=False, extra_outputs=outputs)
+        # each output is fed to its collectors as the model makes it and let go, but those the
+        # float reference keeps: a batch's outputs are never all held at once (a float reference
+        # that does not fit runs again for the comparison, as a model that returns its outputs)
+        tap = _StatisticsTap(refs, collectors) if outputs and (recorder is None or recorder.keep) else None
+        model = self.backend.build(source, quantized=False, extra_outputs=outputs, tap=tap)
         if recorder is not None and not recorder.keep:  # the comparison runs it again
             recorder.model = model
         n_outputs = len(source.outputs)
@@ -282,17 +319,26 @@ class Session:
         shown = total if self.data.expected_batches(None) is not None else None  # a bound is not a total
         read = 0
         for index, batch in enumerate(self.data.batches(limit)):
+            room = recorder.room if recorder is not None else 0
+            if tap is not None:  # what the reference keeps; on the batch that fills it, for its
+                tap.keep = set(recorder.names) if recorder is not None and room else set()
+                if 0 < room <= len(batch[0]):  # histograms, every output the collectors read
+                    tap.keep |= set(refs.values())
             try:
-                values = dict(zip(outputs, self.backend.forward(model, batch)[n_outputs:]))
+                returned = self.backend.forward(model, batch)
             except (RuntimeError, ValueError, TypeError) as err:  # the first batch ran: this one is bad
                 shapes = ", ".join(f"input {i}: {a.shape}" for i, a in enumerate(batch))
                 first = ", ".join(str(a.shape) for a in self.data.first)
                 raise InputMismatchError(
                     f"batch {index}, {shapes} does not fit the model, though batch 0 ({first}) did: {err}"
                 ) from err
-            for name, ref in refs.items():
-                collectors[name].update(values[ref])
-            room = recorder.room if recorder is not None else 0
+            if tap is not None:
+                values = tap.batch_values()
+            else:
+                values = dict(zip(outputs, returned[n_outputs:]))
+                for name, ref in refs.items():
+                    collectors[name].update(values[ref])
+            del returned
             if room:
                 recorder.add(batch, values)
                 if not recorder.room:  # the float histograms of exactly the kept samples

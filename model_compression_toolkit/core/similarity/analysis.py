@@ -298,8 +298,9 @@ def analyze(
         weights: quantized weights already computed (node -> weight name -> array).
         q_model: the model built from ``q_graph`` with ``weights``, whose layers the
             analysis's quantized model reuses where the backend can (`Backend.build`).
-        impact_samples: the first samples each quantizer's output impact, and its own
-            error (whole, per channel, values rounded to zero), is measured on.
+        impact_samples: the first samples each quantizer's output impact, its own error
+            (whole, per channel, values rounded to zero) and each layer's local error are
+            measured on (whole chunks; the accumulated error is on every compared sample).
         max_impact_quantizers: how many quantizers at most get their impact measured
             (those whose own error is not negligible, the largest first).
         l_p_value: the p of the ``LP`` error method, for the grids the suggested fix tries.
@@ -358,7 +359,7 @@ def analyze(
         if q_tap.record and q_outputs is not None:
             q_outputs.append([q_tap.recorded[name] for name in outputs])
             q_tap.recorded = {}
-        if local_model is not None:
+        if local_model is not None and q_tap.alone:  # a layer's own error, too, on the impact samples
             feeds = local.inputs(chunk, f_out)
             backend.forward(local_model, feeds)
             del feeds
