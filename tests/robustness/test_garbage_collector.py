@@ -52,3 +52,15 @@ def test_a_caller_who_runs_without_the_collector_keeps_it_off(fw):
         assert not gc.isenabled() and gc.get_freeze_count() == 0
     finally:
         gc.enable()
+
+
+def test_a_caller_who_froze_objects_of_their_own_keeps_them_frozen(fw):
+    x = fw.data()[0][:8]
+    gc.freeze()  # as a pre-fork server does after loading
+    try:
+        frozen = gc.get_freeze_count()
+        fw.ptq(fw.make_digits_cnn(), lambda: [[x]], no_similarity())
+        # still frozen (an unfreeze would leave none; some frozen objects die meanwhile)
+        assert gc.get_freeze_count() > frozen // 2, (gc.get_freeze_count(), frozen)
+    finally:
+        gc.unfreeze()
