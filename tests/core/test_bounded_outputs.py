@@ -28,6 +28,7 @@ from model_compression_toolkit.core.similarity.parts import (
     output_parts,
     sqnr_db,
 )
+from model_compression_toolkit.observers.similarity_view import causes_markdown
 
 SIZE = 16
 CONFIG = mct.core.CoreConfig(
@@ -118,7 +119,7 @@ def test_a_map_whose_decisions_stay_is_no_cause_however_its_background_moves(fw)
     assert report.quantized_output_db is not None and report.quantized_output_db >= CAUSE_DB + SKIP_MARGIN_DB
     measured = [q for q in report.quantizers if q.output_sqnr_db is not None]
     assert report.impacts_skipped > 0 and not measured, report.summary()
-    assert "not run alone" in report.summary()
+    assert "not run alone" in report.summary() and "not run alone" in causes_markdown(report)
 
 
 def test_a_map_whose_weak_probabilities_are_wiped_out_is_a_cause(fw):
