@@ -45,7 +45,10 @@ def stamp(
     from matplotlib import colors, rcParams
 
     path, dpi, antialiased = _font_path(weight), float(canvas.figure.dpi), rcParams["text.antialiased"]
-    drawn = [_ink(path, float(size_px), dpi, line, antialiased) for line in text.split("\n")]
+    try:
+        drawn = [_ink(path, float(size_px), dpi, line, antialiased) for line in text.split("\n")]
+    except (AttributeError, TypeError, ValueError, RuntimeError):  # a FreeType API another matplotlib
+        drawn = [None]  # changed: the text is drawn by matplotlib itself, as the pictures were before
     if any(line is None for line in drawn):
         _matplotlib_text(canvas, x, y, text, size_px, colour, ha, va, weight)
         return

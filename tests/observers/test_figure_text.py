@@ -75,3 +75,13 @@ def test_lines_are_a_line_gap_apart_as_matplotlib_stacks_them(va, y):
 def test_a_character_the_font_lacks_is_drawn_by_matplotlib():
     text = "层 conv"  # no CJK in DejaVu Sans: matplotlib's own Text (its fallback fonts) draws it
     assert np.array_equal(_stamped(6, 4, text, 12), _text(6, 4, text, 12, va="top"))
+
+
+def test_a_matplotlib_whose_freetype_calls_changed_still_gets_its_text(monkeypatch):
+    from model_compression_toolkit.observers import figure_text
+
+    def changed(*args, **kwargs):
+        raise AttributeError("'FT2Font' object has no attribute 'draw_glyphs_to_bitmap'")
+
+    monkeypatch.setattr(figure_text, "_ink", changed)
+    assert np.array_equal(_stamped(6, 4, "conv1 (Conv2d)", 12), _text(6, 4, "conv1 (Conv2d)", 12, va="top"))
