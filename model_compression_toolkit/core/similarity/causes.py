@@ -410,7 +410,7 @@ def measure_impacts(
     for rank, entry in enumerate(ordered, start=1):
         entry.rank = rank
     entries[:] = ordered
-    return ImpactRuns(None if whole is None else whole.sqnr_db, len(chosen), skipped)
+    return ImpactRuns(None if whole is None else whole.sqnr_db, skipped)
 
 
 @dataclass(frozen=True)
@@ -420,13 +420,11 @@ class ImpactRuns:
     Attributes:
         quantized_db: the quantized model's output SQNR on the impact samples, every
             quantizer on (its worst part, judged as a cause is); None: no candidate.
-        measured: the entries run alone.
         skipped: the candidates not run alone because ``quantized_db`` bounds their
             impact over `CAUSE_DB` (`SKIP_MARGIN_DB`).
     """
 
     quantized_db: float | None = None
-    measured: int = 0
     skipped: int = 0
 
 
