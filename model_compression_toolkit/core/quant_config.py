@@ -11,6 +11,7 @@ symmetric signed: zero_point 0, [-2^(b-1), 2^(b-1)-1]; symmetric unsigned: zero_
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -85,6 +86,10 @@ class NodeQuantConfig:
     # the float mean of the input per channel: the quantized bias is corrected with it
     # (`core.calibration.bias_correction`); None when the bias is not corrected
     input_mean: np.ndarray | None = None
+    # the float input's second moments, per block of kernel columns: the kernel is rounded
+    # with its errors compensated (`core.calibration.rounding.InputMoments`, shared, never
+    # copied); None: rounded to nearest
+    input_moments: Any = None
 
     @property
     def is_quantized(self) -> bool:

@@ -26,6 +26,11 @@ from model_compression_toolkit.core.calibration.bias_correction import (
 )
 from model_compression_toolkit.core.calibration.hessian import set_importance, wants_second_moments
 from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
+from model_compression_toolkit.core.calibration.rounding import (
+    InputMoments,
+    compensated_layers,
+    set_input_moments,
+)
 from model_compression_toolkit.core.calibration.shared_grids import share_grids
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics, StatisticsCollector
 from model_compression_toolkit.core.calibration.thresholds import fill_activation_config, fill_weights_config
@@ -91,10 +96,8 @@ class _StatisticsTap:
     A collector's error is raised after the run (`batch_values`), as the error it is, not
     as the model's failing on the batch."""
 
-    def __init__(self, refs: dict[str, str], collectors: dict[str, StatisticsCollector]) -> None:
-        self.readers: dict[str, list[StatisticsCollector]] = {}
-        for name, ref in refs.items():
-            self.readers.setdefault(ref, []).append(collectors[name])
+    def __init__(self, readers: dict[str, list[Any]]) -> None:
+        self.readers = readers  # output -> what reads it (statistics collectors, input moments)
         self.keep: set[str] = set()
         self._values: dict[str, np.ndarray] = {}
         self._error: BaseException | None = None
@@ -175,6 +178,7 @@ class Session:
                 self.warn(message)
             self._stats: dict[str, NodeStatistics] | None = None
             self._reference: FloatReference | None = None
+            self._moments: dict[str, InputMoments] = {}
             self._prepared: Graph | None = None
             self.observer: Observer = NullObserver()
             # Samples whose float outputs the statistics pass keeps for later comparisons, on
@@ -229,7 +233,7 @@ class Session:
         self.initial, scales = equalize(self.initial)
         self.initial.meta[EQUALIZED] = True  # the graphs prepared from it carry it
         self.equalized = True
-        self._stats, self._reference, self._prepared = None, None, None
+        self._stats, self._reference, self._prepared, self._moments = None, None, None, {}
         LOG.info("channels equalized between %d pairs of layers: %s", len(scales), ", ".join(scales))
 
     def prepare(self, keep_float: Sequence[KeepFloat] | None = None, bits: SuggestedFix | None = None) -> Graph:
@@ -265,7 +269,7 @@ class Session:
         if self.config.quantization_config.weights_bias_correction:  # what the corrected layers read
             wanted += [name for name in input_sources(graph) if name not in wanted]
         if self._stats is None or any(name not in self._stats for name in wanted):
-            self._stats, self._reference = self._collect(graph, wanted, reference_samples)
+            self._stats, self._reference, self._moments = self._collect(graph, wanted, reference_samples)
         return self._stats
 
     def follow(self, graph: Graph) -> None:
@@ -291,25 +295,36 @@ class Session:
 
     def _collect(
         self, graph: Graph, names: list[str], reference_samples: int
-    ) -> tuple[dict[str, NodeStatistics], FloatReference | None]:
+    ) -> tuple[dict[str, NodeStatistics], FloatReference | None, dict[str, InputMoments]]:
         """One pass of the user's float model (``self.initial``) over the data.
 
         A node of ``graph`` reproduces the output of its ``output_reference`` in the
         original graph (a conv with a folded batch norm: the batch norm's), so its
-        statistics are taken there, and the same pass gives the comparison its float side.
+        statistics are taken there, and the same pass gives the comparison its float side
+        and, with ``weights_compensated_rounding``, each compensated layer the second
+        moments of its input (`core.calibration.rounding`).
         """
+        compensate = compensated_layers(graph) if self.config.quantization_config.weights_compensated_rounding else {}
         refs = {n: graph.node(n).output_reference for n in names}
+        inputs = {layer: graph.node(src).output_reference for layer, (src, _) in compensate.items()}
         source, recorder = self.initial, self._recorder(graph, reference_samples)
-        if any(ref not in self.initial for ref in refs.values()):  # not expected: measure graph itself
+        if any(ref not in self.initial for ref in [*refs.values(), *inputs.values()]):  # not expected: graph itself
             source, recorder, refs = graph, None, {n: n for n in names}
-        outputs = list(dict.fromkeys([*refs.values(), *(recorder.names if recorder and recorder.keep else [])]))
+            inputs = {layer: src for layer, (src, _) in compensate.items()}
+        outputs = list(dict.fromkeys([*refs.values(), *inputs.values(), *(recorder.names if recorder and recorder.keep else [])]))
         bins = self.config.quantization_config.histogram_bins
         second = wants_second_moments(graph)  # HMSE weighs weights by their inputs' E[x^2]
         collectors = {n: StatisticsCollector(bins, graph.node(n).channel_axis, second) for n in names}
+        moments = {layer: InputMoments(patches) for layer, (_, patches) in compensate.items()}
+        feeds: dict[str, list[Any]] = {}
+        for name, ref in refs.items():
+            feeds.setdefault(ref, []).append(collectors[name])
+        for layer, ref in inputs.items():
+            feeds.setdefault(ref, []).append(moments[layer])
         # each output is fed to its collectors as the model makes it and let go, but those the
         # float reference keeps: a batch's outputs are never all held at once (a float reference
         # that does not fit runs again for the comparison, as a model that returns its outputs)
-        tap = _StatisticsTap(refs, collectors) if outputs and (recorder is None or recorder.keep) else None
+        tap = _StatisticsTap(feeds) if outputs and (recorder is None or recorder.keep) else None
         model = self.backend.build(source, quantized=False, extra_outputs=outputs, tap=tap)
         if recorder is not None and not recorder.keep:  # the comparison runs it again
             recorder.model = model
@@ -336,8 +351,9 @@ class Session:
                 values = tap.batch_values()
             else:
                 values = dict(zip(outputs, returned[n_outputs:]))
-                for name, ref in refs.items():
-                    collectors[name].update(values[ref])
+                for ref, readers in feeds.items():
+                    for reader in readers:
+                        reader.update(values[ref])
             del returned
             if room:
                 recorder.add(batch, values)
@@ -367,7 +383,7 @@ class Session:
                     "when collecting statistics",
                     RuntimeWarning,
                 )
-        return stats, recorder
+        return stats, recorder, moments
 
     def select_thresholds(self, graph: Graph) -> None:
         """Choose every grid; with ``weights_bias_correction``, also give each layer the
@@ -376,6 +392,9 @@ class Session:
         stats = self.statistics(graph)
         if wants_second_moments(graph):
             set_importance(graph, stats)
+        if qc.weights_compensated_rounding:
+            compensated = set_input_moments(graph, self._moments)
+            LOG.debug("kernels rounded with their errors compensated on %d layers: %s", len(compensated), ", ".join(compensated))
         select_thresholds(graph, stats, qc.l_p_value, self.observer)
         share_grids(graph)
         if qc.weights_bias_correction:

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from model_compression_toolkit.core.calibration.bias_correction import corrected_bias
-from model_compression_toolkit.core.quant_config import QuantGrid
+from model_compression_toolkit.core.calibration.rounding import compensated_kernel
+from model_compression_toolkit.core.quant_config import QuantGrid, WeightsQuantConfig
 
 if TYPE_CHECKING:
     from model_compression_toolkit.core.graph import Graph, Node
@@ -143,7 +144,18 @@ def node_weight(
         return value
     if known is not None and node.name in known and name in known[node.name]:
         return known[node.name][name]
-    return fake_quant(value, cfg.grid, cfg.channel_axes)
+    return _quantized(node, name, cfg)
+
+
+def _quantized(node: Node, name: str, cfg: WeightsQuantConfig) -> np.ndarray:
+    """A weight on its grid: a kernel with input moments rounded with its errors
+    compensated (`core.calibration.rounding`), any other to nearest."""
+    if name == "kernel":
+        compensated = compensated_kernel(node, cfg)
+        if compensated is not None:
+            return compensated
+    assert cfg.grid is not None
+    return fake_quant(node.weights[name], cfg.grid, cfg.channel_axes)
 
 
 class QuantizedWeights(Mapping):
@@ -164,11 +176,7 @@ class QuantizedWeights(Mapping):
             if name not in self._names:
                 raise KeyError(name)
             node = self._graph.node(name)
-            values = {
-                w: fake_quant(node.weights[w], c.grid, c.channel_axes)
-                for w, c in node.quant.weights.items()
-                if c.grid is not None
-            }
+            values = {w: _quantized(node, w, c) for w, c in node.quant.weights.items() if c.grid is not None}
             if node.quant.input_mean is not None and "kernel" in values:
                 values["bias"] = corrected_bias(node, values["kernel"])
             self._values[name] = values

@@ -76,6 +76,12 @@ class QuantizationConfig:
         weights_bias_correction: correct the bias of each layer with quantized weights
             for the mean shift the quantized kernel causes, ``(Wq - W) * mean(input)``,
             as MCT does by default (see `core.calibration.bias_correction`).
+        weights_compensated_rounding: round each kernel of a dense layer or a one-group
+            convolution onto its grid column by column, each rounding error moved onto the
+            weights not yet rounded by the second moments of the layer's float input (GPTQ's
+            rounding, without gradients; see `core.calibration.rounding`). The grid is the
+            same; the layer's output error on correlated inputs is much smaller. False
+            rounds every weight to its nearest level, as MCT's PTQ does.
         calibration_batches: at most this many batches of ``representative_data_gen`` are
             read to collect the statistics (MCT 1.x's ``n_iter``), so that a generator that
             never ends is read for a bounded time; None reads every batch (the generator
@@ -123,6 +129,7 @@ class QuantizationConfig:
     l_p_value: float = 2.0
     histogram_bins: int = 2048
     weights_bias_correction: bool = True
+    weights_compensated_rounding: bool = True
     calibration_batches: int | None = 500
     z_threshold: float = math.inf
     shift_negative_activation_correction: bool = False
@@ -167,6 +174,10 @@ class QuantizationConfig:
             raise ConfigurationError(
                 "activation_error_method=HMSE: the Hessian-weighted error is defined for weights (each weight scaled "
                 "by the input it multiplies), as in MCT; for activations use MSE, MAE, LP, KL or NOCLIPPING"
+            )
+        if not isinstance(self.weights_compensated_rounding, bool):
+            raise ConfigurationError(
+                f"weights_compensated_rounding must be True or False; got {self.weights_compensated_rounding!r}"
             )
         if not isinstance(self.weights_bias_correction, bool):
             raise ConfigurationError(

@@ -322,6 +322,7 @@ def output_nsr(float_model: FloatModel, graph: Graph, names: list[str], low: Gra
     for name in names:
         single = bare.copy()
         single.node(name).quant.weights = copy.deepcopy(low.node(name).quant.weights)
+        single.node(name).quant.input_moments = low.node(name).quant.input_moments
         outputs = backend.forward(backend.build(single, quantized=True), data)
         total_nsr = sum(_nsr_sum(r, o) for r, o in zip(reference, outputs))
         out[name] = total_nsr / (len(data[0]) * max(len(reference), 1))

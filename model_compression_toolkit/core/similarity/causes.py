@@ -267,6 +267,7 @@ def isolate(graph: Graph, entry: QuantizerEntry | None) -> Graph:
             else:
                 node.quant.weights = original.weights
                 node.quant.input_mean = original.input_mean  # the bias corrected for these weights
+                node.quant.input_moments = original.input_moments  # rounded as in the whole model
     return out
 
 
@@ -277,7 +278,7 @@ def without(graph: Graph, activations: Sequence[str], weights: Sequence[str]) ->
         out.node(name).quant.activation = None
     for name in weights:
         q = out.node(name).quant
-        q.weights, q.input_mean = {}, None
+        q.weights, q.input_mean, q.input_moments = {}, None, None
     return out
 
 
