@@ -378,7 +378,8 @@ def _scale_up(node: Node, s: np.ndarray, offset: int) -> None:
     full = np.ones(kernel.shape[axis])
     full[offset : offset + s.size] = s
     node.weights["kernel"] = (kernel * _along(full, axis, kernel.ndim)).astype(kernel.dtype)
-    node.quant.input_moments = None  # moments of the input before its channels were scaled
+    moments = node.quant.input_moments  # error-compensated rounding: the input's channels are divided by s
+    node.quant.input_moments = None if moments is None else moments.scaled(full)
     mean = node.quant.input_mean
     if mean is not None and np.size(mean) == full.size:
         mean = np.asarray(mean)
@@ -395,9 +396,8 @@ def equalize(
     ``s_c`` and the consumer's input channel ``c`` (``offset + c`` behind a concat)
     multiplied by it; an add's partners are divided by the same ``s_c``, a join's other
     consumers multiplied by it. A consumer's ``quant.input_mean`` (bias correction) is
-    divided by ``s_c`` as its input is, and its input moments (error-compensated rounding)
-    dropped: its kernel rounds to nearest; grids are left as they were (select them again on
-    the new values).
+    divided by ``s_c`` as its input is, and so are its input moments (error-compensated
+    rounding); grids are left as they were (select them again on the new values).
 
     Returns:
         The new graph, and the scales applied by producer name.

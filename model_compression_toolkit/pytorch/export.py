@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +144,7 @@ class DequantizedWeights(nn.Module):
     ``torch.func.functional_call`` puts the dequantized tensors in their place per call.
     """
 
-    def __init__(self, module: nn.Module, node: Node) -> None:
+    def __init__(self, module: nn.Module, node: Node, quantized: Mapping[str, np.ndarray]) -> None:
         super().__init__()
         self.module = module
         self.node_name = node.name
@@ -158,7 +158,9 @@ class DequantizedWeights(nn.Module):
             delattr(owner, attr)
             stored = weight_storage(cfg.grid)
             key = path.replace(".", "_")
-            integers = integer_values(node.weights[wname], cfg.grid, cfg.channel_axes, stored)
+            # the quantized model's weights (a kernel rounded with its errors compensated is
+            # not its float kernel rounded to nearest): on the grid, so exactly their integers
+            integers = integer_values(quantized[wname], cfg.grid, cfg.channel_axes, stored)
             self.register_buffer(f"{key}_q", torch.from_numpy(np.ascontiguousarray(integers)))
             self.register_buffer(f"{key}_scale", torch.from_numpy(stored.scale.astype(np.float32)))
             zp = stored.zero_point.astype(stored.dtype)
@@ -225,7 +227,7 @@ def export_module(graph: Graph) -> fx.GraphModule:
                     f"expected {node.name!r} ({node.layer_type}), a layer with quantized weights, to be a module "
                     f"call; it is a {out.op}. This is a bug in the library: please report it."
                 )
-            root[out.target] = DequantizedWeights(root[out.target], node)
+            root[out.target] = DequantizedWeights(root[out.target], node, weights[node.name])
         values[node.name] = _quantize(fx_graph, node, out)
     fx_graph.output(tuple(values[name] for name, _ in graph.outputs))
     model = fx.GraphModule(root, fx_graph, class_name=graph.name).cpu().eval()

@@ -246,3 +246,21 @@ def test_compensated_rounding_gives_back_output_sqnr_on_held_out_signals(fw, cap
 def test_a_flag_that_is_not_a_bool_is_refused_before_work_starts():
     with pytest.raises(ConfigurationError, match="weights_compensated_rounding must be True or False; got 'yes'"):
         mct.core.QuantizationConfig(weights_compensated_rounding="yes").validate()
+
+
+def test_moments_of_an_equalized_input_are_the_moments_scaled():
+    """Equalization divides a consumer's input channel ``c`` by ``s_c``: its moments scaled
+    are the moments of the scaled input, so a fix search rounds as a quantization of the
+    equalized model does."""
+    rng = np.random.default_rng(8)
+    patches = rounding.Patches(3 * 4, 3, 1, kernel=(4,), stride=(1,), dilation=(1,), pad_before=(0,),
+                               pad_after=(0,), input_shape=(3, 10))  # fmt: skip
+    x = rng.normal(size=(6, 3, 10)).astype(np.float32)
+    s = np.array([0.5, 2.0, 4.0])
+    before, after = rounding.InputMoments(patches), rounding.InputMoments(patches)
+    before.update(x)
+    after.update((x / s[None, :, None]).astype(np.float32))
+    scaled = before.scaled(s)
+    assert scaled is not None and scaled.rows == after.rows
+    np.testing.assert_allclose(scaled._sums[0], after._sums[0], rtol=1e-5, atol=1e-6)
+    assert before.scaled(np.ones(2)) is None  # scales that are not one per channel

@@ -137,13 +137,28 @@ class InputMoments:
     def __init__(self, patches: Patches) -> None:
         self.patches = patches
         self.blocks = patches.blocks()
-        self._sums = [np.zeros((b.stop - b.start,) * 2) for b in self.blocks]
+        self._sums = [np.zeros((b.stop - b.start,) * 2, np.float32) for b in self.blocks]
         self.rows = 0
         self._factors: list[tuple[np.ndarray, np.ndarray]] | None = None
         self._kernels: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
     def __deepcopy__(self, memo: dict) -> InputMoments:
         return self
+
+    def scaled(self, channel_scale: np.ndarray) -> InputMoments | None:
+        """The moments of this input with channel ``c`` divided by ``channel_scale[c]`` (what
+        a consumer reads once equalization scaled its producer's channels), or None when
+        the scales do not match the channels."""
+        scale = np.asarray(channel_scale, np.float64).reshape(-1)
+        if scale.size != self.patches.channels or not np.all(np.isfinite(scale)) or np.any(scale == 0):
+            return None
+        column = np.repeat(1.0 / scale, max(1, self.patches.taps))
+        out = InputMoments(self.patches)
+        out.rows = self.rows
+        for block, acc, new in zip(self.blocks, self._sums, out._sums):
+            c = column[block]
+            new[...] = acc * np.outer(c, c)
+        return out
 
     @property
     def full(self) -> bool:
@@ -156,7 +171,7 @@ class InputMoments:
         rows = self.patches.rows(value, min(ROWS_PER_BATCH, MAX_ROWS - self.rows))
         for block, acc in zip(self.blocks, self._sums):
             part = rows[:, block]
-            acc += (part.T @ part).astype(np.float64)
+            acc += part.T @ part
         self.rows += len(rows)
         self._factors = None
 
@@ -168,9 +183,10 @@ class InputMoments:
         if self._factors is None:
             self._factors = []
             for acc in self._sums:
-                h = acc / max(self.rows, 1)
-                order = np.argsort(-np.diag(h), kind="stable")
-                self._factors.append((order, _inverse_factor(h[np.ix_(order, order)])))
+                order = np.argsort(-np.diag(acc), kind="stable")
+                h = acc[np.ix_(order, order)].astype(np.float32)
+                h /= max(self.rows, 1)
+                self._factors.append((order, _inverse_factor(h)))
         return self._factors
 
     def round(self, matrix: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, grid: QuantGrid) -> np.ndarray:
@@ -179,9 +195,18 @@ class InputMoments:
         out = np.array(matrix, np.float64)
         scale = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1, 1), (out.shape[0], 1))
         zp = np.broadcast_to(np.asarray(zero_point, np.float64).reshape(-1, 1), (out.shape[0], 1))
-        for block, (order, factor) in zip(self.blocks, self.factors()):
+        for block, (order, factor), acc in zip(self.blocks, self.factors(), self._sums):
             columns = np.arange(block.start, block.stop)[order]
-            out[:, columns] = _compensate(out[:, columns], factor, scale, zp, grid.qmin, grid.qmax)
+            w = out[:, columns]
+            compensated = _compensate(w, factor, scale, zp, grid.qmin, grid.qmax)
+            nearest = (np.clip(np.round(w / scale) + zp, grid.qmin, grid.qmax) - zp) * scale
+            # the greedy column order can do worse than nearest rounding (a grid far coarser
+            # than a channel's weights): each output channel keeps the rounding whose error
+            # on the calibration inputs, (q - w) H (q - w)^T, is the smaller
+            h = acc[np.ix_(order, order)].astype(np.float64)
+            worse = _output_error(compensated - w, h) > _output_error(nearest - w, h)
+            compensated[worse] = nearest[worse]
+            out[:, columns] = compensated
         return out
 
     def cached(self, key: tuple, kernel: np.ndarray) -> np.ndarray | None:
@@ -197,49 +222,64 @@ class InputMoments:
             self._kernels.popitem(last=False)
 
 
+def _output_error(delta: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """Per row of ``delta``, ``delta H delta^T``: the squared output error it causes
+    (up to the number of rows ``H`` was summed over)."""
+    return np.einsum("oi,oi->o", delta @ h, delta)
+
+
 def _inverse_factor(h: np.ndarray) -> np.ndarray:
-    """The upper Cholesky factor ``U`` of the damped ``h``'s inverse (``U^T U = h^-1``).
+    """The upper Cholesky factor ``U`` of the damped ``h``'s inverse (``U^T U = h^-1``),
+    ``h`` symmetric float32 (changed in place).
 
     With ``J`` the reversal of the columns, ``J h J = L L^T`` gives ``h^-1 = U^T U`` for
     ``U = J L^-1 J``, which is upper triangular: one factorization and one triangular
     inverse, in float32 (the damping keeps it well conditioned)."""
-    h = np.array(h, np.float64)
-    dead = np.diag(h) <= 0  # an input that is always zero: its weights round to nearest
-    h[dead, :] = 0
-    h[:, dead] = 0
-    h[dead, dead] = 1
-    mean = float(np.mean(np.diag(h)))
-    h[np.diag_indices_from(h)] += DAMP * (mean if mean > 0 else 1.0)
-    reversed_h = np.asfortranarray(h[::-1, ::-1], dtype=np.float32)
+    diag = np.diag(h).copy()
+    dead = diag <= 0  # an input that is always zero: its weights round to nearest
+    if dead.any():
+        h[dead, :] = 0
+        h[:, dead] = 0
+        diag[dead] = 1
+    mean = float(np.mean(diag))
+    h[np.diag_indices_from(h)] = diag + DAMP * (mean if mean > 0 else 1.0)
+    reversed_h = np.ascontiguousarray(h[::-1, ::-1]).T  # Fortran order; symmetric, so the same matrix
     low, info = lapack.spotrf(reversed_h, lower=1, overwrite_a=1)
     if info == 0:
         inv, info = lapack.strtri(low, lower=1, overwrite_c=1)
     if info != 0:
         raise np.linalg.LinAlgError(f"second moments not positive definite (LAPACK info {info})")
-    return np.tril(inv)[::-1, ::-1].astype(np.float64)
+    return np.tril(inv)[::-1, ::-1]
 
 
 def _compensate(
     w: np.ndarray, u: np.ndarray, scale: np.ndarray, zp: np.ndarray, qmin: int, qmax: int
 ) -> np.ndarray:
-    """GPTQ's lazy-batch loop over the columns of ``w`` with the factor ``u``."""
-    w = w.copy()
-    q = np.empty_like(w)
-    n = w.shape[1]
+    """GPTQ's lazy-batch loop over the columns of ``w`` with the factor ``u``: each column
+    rounded to nearest, its error divided by ``u[i, i]`` moved onto the later columns along
+    ``u[i]`` (within the next ``_LAZY`` columns at once, beyond them a batch at a time).
+    Worked on ``w``'s transpose, so that each column is a contiguous row."""
+    wt = np.array(w.T, order="C")  # (columns, output channels)
+    s, z = scale.reshape(-1), zp.reshape(-1)
+    q = np.empty_like(wt)
+    n = wt.shape[0]
     for a in range(0, n, _LAZY):
         b = min(a + _LAZY, n)
-        errors = np.empty((w.shape[0], b - a))
+        errors = np.empty((b - a, wt.shape[1]))
         for i in range(a, b):
-            col = w[:, i : i + 1]
-            level = np.clip(np.round(col / scale) + zp, qmin, qmax)
-            q[:, i : i + 1] = (level - zp) * scale
-            err = (col - q[:, i : i + 1]) / u[i, i]
-            errors[:, i - a : i - a + 1] = err
+            level = np.round(wt[i] / s)
+            level += z
+            np.clip(level, qmin, qmax, out=level)
+            level -= z
+            level *= s
+            q[i] = level
+            error = (wt[i] - level) / u[i, i]
+            errors[i - a] = error
             if i + 1 < b:
-                w[:, i + 1 : b] -= err @ u[i : i + 1, i + 1 : b]
+                wt[i + 1 : b] -= np.outer(u[i, i + 1 : b], error)
         if b < n:
-            w[:, b:] -= errors @ u[a:b, b:]
-    return q
+            wt[b:] -= u[a:b, b:].T @ errors
+    return q.T
 
 
 # ----------------------------------------------------------------- which layers, how laid out
@@ -256,13 +296,15 @@ def patches_of(node: Node) -> Patches | None:
     if not out_axes or in_axis in out_axes or tuple(a % nd for a in cfg.channel_axes) not in (out_axes, ()):
         return None
     in_shape = node.input_shapes[0]
-    if not in_shape or any(not isinstance(d, int) or d <= 0 for d in in_shape[1:]):
+    if not in_shape:
         return None
-    if node.kind == OpKind.DENSE and nd == 2:
+    if node.kind == OpKind.DENSE and nd == 2:  # rows: every position of every sample (sequences of any length)
         features = int(kernel.shape[in_axis])
         if in_shape[-1] != features:
             return None
-        return Patches(features, features, -1, input_shape=tuple(in_shape[1:]))
+        return Patches(features, features, -1, input_shape=(features,))
+    if any(not isinstance(d, int) or d <= 0 for d in in_shape[1:]):
+        return None
     if node.kind != OpKind.CONV or node.attrs.get("transposed") or "Transpose" in str(node.layer_type):
         return None
     return _conv_patches(node, kernel, out_axes, in_axis, tuple(in_shape))
