@@ -94,7 +94,9 @@ def test_rows_times_the_kernel_are_a_keras_conv2d(size, kernel, stride, dilation
     keras = pytest.importorskip("keras")
     if size < dilation * (kernel - 1) + 1 or (dilation > 1 and stride > 1):
         return  # no output, or what Keras does not allow
-    conv = keras.layers.Conv2D(3, kernel, strides=stride, padding=padding, dilation_rate=dilation, use_bias=False)
+    conv = keras.layers.Conv2D(
+        3, kernel, strides=stride, padding=padding, dilation_rate=dilation, use_bias=False
+    )
     x = np.random.default_rng(1).normal(size=(2, size, size, 2)).astype(np.float32)
     want = np.asarray(conv(x))  # (N, H, W, O)
     node = Node(
@@ -169,12 +171,14 @@ def test_uncorrelated_inputs_round_to_nearest():
 
 
 def test_columns_split_into_blocks_of_whole_input_channels():
-    patches = rounding.Patches(3 * 1000, 3, 1, kernel=(1000,), stride=(1,), dilation=(1,), pad_before=(0,),
-                               pad_after=(0,), input_shape=(3, 1000))  # fmt: skip
-    assert [(b.start, b.stop) for b in patches.blocks()] == [(0, 2000), (2000, 3000)]
-    wide = rounding.Patches(5000, 1, 1, kernel=(5000,), stride=(1,), dilation=(1,), pad_before=(0,),
-                            pad_after=(0,), input_shape=(1, 5000))  # fmt: skip
-    assert [(b.start, b.stop) for b in wide.blocks()] == [(0, 5000)]  # one channel is never cut
+    taps = rounding.BLOCK // 2 - 12  # two channels fit in a block, three do not
+    patches = rounding.Patches(3 * taps, 3, 1, kernel=(taps,), stride=(1,), dilation=(1,), pad_before=(0,),
+                               pad_after=(0,), input_shape=(3, taps))  # fmt: skip
+    assert [(b.start, b.stop) for b in patches.blocks()] == [(0, 2 * taps), (2 * taps, 3 * taps)]
+    wide = rounding.BLOCK + 100
+    one = rounding.Patches(wide, 1, 1, kernel=(wide,), stride=(1,), dilation=(1,), pad_before=(0,),
+                           pad_after=(0,), input_shape=(1, wide))  # fmt: skip
+    assert [(b.start, b.stop) for b in one.blocks()] == [(0, wide)]  # one channel is never cut
 
 
 # ---------------------------------------------------------------- end to end, both frameworks
@@ -227,7 +231,9 @@ def _sqnr(fw, compensated: bool) -> float:
     model = _model(fw)
     calibration, held_out = _layout(fw, _signals(64, seed=1)), _layout(fw, _signals(64, seed=2))
     qc = mct.core.QuantizationConfig(weights_n_bits=4, weights_compensated_rounding=compensated)
-    config = mct.core.CoreConfig(quantization_config=qc, debug_config=mct.core.DebugConfig(analyze_similarity=False))
+    config = mct.core.CoreConfig(
+        quantization_config=qc, debug_config=mct.core.DebugConfig(analyze_similarity=False)
+    )
     q_model, _ = fw.ptq(model, lambda: iter([[calibration[:32]], [calibration[32:]]]), core_config=config)
     f, q = fw.predict(model)(held_out), fw.predict(q_model)(held_out)
     return float(10 * np.log10(np.sum(f**2) / np.sum((q - f) ** 2)))
@@ -244,7 +250,9 @@ def test_compensated_rounding_gives_back_output_sqnr_on_held_out_signals(fw, cap
 
 
 def test_a_flag_that_is_not_a_bool_is_refused_before_work_starts():
-    with pytest.raises(ConfigurationError, match="weights_compensated_rounding must be True or False; got 'yes'"):
+    with pytest.raises(
+        ConfigurationError, match="weights_compensated_rounding must be True or False; got 'yes'"
+    ):
         mct.core.QuantizationConfig(weights_compensated_rounding="yes").validate()
 
 
@@ -264,3 +272,23 @@ def test_moments_of_an_equalized_input_are_the_moments_scaled():
     assert scaled is not None and scaled.rows == after.rows
     np.testing.assert_allclose(scaled._sums[0], after._sums[0], rtol=1e-5, atol=1e-6)
     assert before.scaled(np.ones(2)) is None  # scales that are not one per channel
+
+
+def test_the_work_budget_takes_the_cheapest_layers_first(fw):
+    """Over the budget, the layers that cost the least are compensated and the others round
+    to nearest; the default budget takes both layers of this small model."""
+    from model_compression_toolkit.pipeline.session import produced_graph
+
+    model = _model(fw)
+    calibration = _layout(fw, _signals(64, seed=1))
+    config = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+    q_model, _ = fw.ptq(model, lambda: iter([[calibration[:32]], [calibration[32:]]]), core_config=config)
+    graph = produced_graph(q_model)
+    assert graph is not None
+    every = rounding.compensated_layers(graph)
+    assert len(every) == 2
+    costs = {name: rounding.work(patches, rounding.kernel_matrix(graph.node(name), graph.node(name).weights["kernel"]).shape[0])
+             for name, (_, patches) in every.items()}  # fmt: skip
+    cheap = min(costs, key=costs.__getitem__)
+    assert list(rounding.compensated_layers(graph, budget=costs[cheap])) == [cheap]
+    assert rounding.compensated_layers(graph, budget=0.0) == {}
