@@ -104,7 +104,8 @@ class Patches:
             return np.zeros((0, self.features), np.float32)
         x = x.reshape((-1, *self.input_shape))
         x = np.moveaxis(x, self.channel_axis % x.ndim, -1)  # (batch, *spatial, channels)
-        if not self.kernel:
+        pointwise = all(k == 1 for k in self.kernel) and all(st == 1 for st in self.stride)
+        if not self.kernel or (pointwise and not any(self.pad_before) and not any(self.pad_after)):
             flat = x.reshape(-1, self.features)
             pick = _spaced(flat.shape[0], limit)
             return np.ascontiguousarray(flat[pick], dtype=np.float32)
@@ -274,25 +275,30 @@ def _compensate(
     """GPTQ's lazy-batch loop over the columns of ``w`` with the factor ``u``: each column
     rounded to nearest, its error divided by ``u[i, i]`` moved onto the later columns along
     ``u[i]`` (within the next ``_LAZY`` columns at once, beyond them a batch at a time).
-    Worked on ``w``'s transpose, so that each column is a contiguous row."""
+    Worked on ``w``'s transpose, so that each column is a contiguous row; the integer range
+    is shifted by the zero point once (``round(x / s) + z`` in ``[qmin, qmax]`` is
+    ``round(x / s)`` in ``[qmin - z, qmax - z]`` for an integer ``z``)."""
     wt = np.array(w.T, order="C")  # (columns, output channels)
-    s, z = scale.reshape(-1), zp.reshape(-1)
+    s = np.ascontiguousarray(scale.reshape(-1), dtype=np.float64)
+    z = np.broadcast_to(zp.reshape(-1), s.shape)
+    lo, hi = qmin - z, qmax - z
     q = np.empty_like(wt)
+    inverse_diagonal = 1.0 / np.diag(u)
     n = wt.shape[0]
     for a in range(0, n, _LAZY):
         b = min(a + _LAZY, n)
         errors = np.empty((b - a, wt.shape[1]))
         for i in range(a, b):
-            level = np.round(wt[i] / s)
-            level += z
-            np.clip(level, qmin, qmax, out=level)
-            level -= z
+            level = q[i]
+            np.divide(wt[i], s, out=level)
+            np.round(level, out=level)
+            np.clip(level, lo, hi, out=level)
             level *= s
-            q[i] = level
-            error = (wt[i] - level) / u[i, i]
-            errors[i - a] = error
+            error = errors[i - a]
+            np.subtract(wt[i], level, out=error)
+            error *= inverse_diagonal[i]
             if i + 1 < b:
-                wt[i + 1 : b] -= np.outer(u[i, i + 1 : b], error)
+                wt[i + 1 : b] -= u[i, i + 1 : b, None] * error
         if b < n:
             wt[b:] -= u[a:b, b:].T @ errors
     return q.T
