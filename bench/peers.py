@@ -12,7 +12,8 @@ on the same held-out samples, in one process and with one torch:
   activation on a symmetric grid searched for the least error, each on its own grid, the
   outputs included: the default before the grid was chosen per activation, the "before"
   column); once with the model's outputs kept float (``KeepFloat``, weights still
-  quantized); and once at the peers' scope (`peer_scope_float`): every activation kept float
+  quantized); once with ``weights_compensated_rounding=True`` (opt-in: each kernel rounded
+  with its errors compensated by its input's second moments); and once at the peers' scope (`peer_scope_float`): every activation kept float
   but the inputs of conv, linear and average pooling layers, the ones pt2e's
   X86InductorQuantizer and NNCF quantize (NNCF the inputs of an add too), weights still
   quantized. Both keep-float sets are read from the graph of our default run, by one rule for
@@ -58,10 +59,19 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # our package, tests.zoo.real and tutorials from this source tree
 
-TOOLS = ("ours_symmetric", "ours", "ours_outputs_float", "ours_peer_scope", "pt2e", "nncf")
+TOOLS = (
+    "ours_symmetric",
+    "ours",
+    "ours_compensated",
+    "ours_outputs_float",
+    "ours_peer_scope",
+    "pt2e",
+    "nncf",
+)
 HEADERS = {
     "ours_symmetric": "ours, symmetric activations (before)",
     "ours": "ours (default)",
+    "ours_compensated": "ours, compensated rounding",
     "ours_outputs_float": "ours, model outputs float",
     "ours_peer_scope": "ours, the peer's scope",
     "pt2e": "pt2e X86",
@@ -145,12 +155,20 @@ def config_value(name: str, text: str) -> object:
     return float(text) if any(c in text for c in ".einf") else int(text)
 
 
-def quantize_ours(model, calibration: list[np.ndarray], symmetric: bool = False, keep: tuple[str, ...] = ()):
+def quantize_ours(
+    model,
+    calibration: list[np.ndarray],
+    symmetric: bool = False,
+    keep: tuple[str, ...] = (),
+    compensated: bool = False,
+):
     """Our PTQ (with ``OURS_CONFIG``); ``keep``: layers whose outputs stay float (their weights
-    are quantized)."""
+    are quantized); ``compensated``: ``weights_compensated_rounding=True``."""
     import model_compression_toolkit as mct
 
-    qc = mct.core.QuantizationConfig(**OURS_CONFIG)
+    qc = mct.core.QuantizationConfig(
+        **{**OURS_CONFIG, **({"weights_compensated_rounding": True} if compensated else {})}
+    )
     if symmetric:
         qc = mct.core.QuantizationConfig(
             **{**OURS_CONFIG, "activation_quantization_method": mct.core.QuantizationMethod.SYMMETRIC}
@@ -324,6 +342,7 @@ def measure(name: str, tools: tuple[str, ...]) -> dict[str, tuple[float, float, 
     runs = {
         "ours_symmetric": lambda m: quantize_ours(m, case.calibration, symmetric=True),
         "ours": lambda m: quantize_ours(m, case.calibration),
+        "ours_compensated": lambda m: quantize_ours(m, case.calibration, compensated=True),
         "ours_outputs_float": lambda m: quantize_ours(m, case.calibration, keep=keep),
         "ours_peer_scope": lambda m: quantize_ours(m, case.calibration, keep=peer_keep),
         "pt2e": lambda m: quantize_pt2e(m, case.calibration),

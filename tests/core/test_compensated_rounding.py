@@ -1,4 +1,4 @@
-"""Error-compensated rounding of kernels (`core.calibration.rounding`, on by default).
+"""Error-compensated rounding of kernels (`core.calibration.rounding`, ``weights_compensated_rounding``).
 
 - The rows a layer's input is laid out in, times the kernel's matrix, are the frameworks' own
   convolutions and dense layers: every stride, padding, dilation and layout.
@@ -277,11 +277,14 @@ def test_moments_of_an_equalized_input_are_the_moments_scaled():
 def test_the_work_budget_takes_the_cheapest_layers_first(fw):
     """Over the budget, the layers that cost the least are compensated and the others round
     to nearest; the default budget takes both layers of this small model."""
+    qc = mct.core.QuantizationConfig(weights_compensated_rounding=True)
     from model_compression_toolkit.pipeline.session import produced_graph
 
     model = _model(fw)
     calibration = _layout(fw, _signals(64, seed=1))
-    config = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+    config = mct.core.CoreConfig(
+        quantization_config=qc, debug_config=mct.core.DebugConfig(analyze_similarity=False)
+    )
     q_model, _ = fw.ptq(model, lambda: iter([[calibration[:32]], [calibration[32:]]]), core_config=config)
     graph = produced_graph(q_model)
     assert graph is not None
@@ -292,3 +295,15 @@ def test_the_work_budget_takes_the_cheapest_layers_first(fw):
     cheap = min(costs, key=costs.__getitem__)
     assert list(rounding.compensated_layers(graph, budget=costs[cheap])) == [cheap]
     assert rounding.compensated_layers(graph, budget=0.0) == {}
+
+
+def test_it_is_off_unless_asked_for(fw):
+    """Nearest rounding by default: no layer gets input moments."""
+    from model_compression_toolkit.pipeline.session import produced_graph
+
+    model = _model(fw)
+    calibration = _layout(fw, _signals(32, seed=1))
+    config = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+    q_model, _ = fw.ptq(model, lambda: iter([[calibration]]), core_config=config)
+    graph = produced_graph(q_model)
+    assert graph is not None and all(node.quant.input_moments is None for node in graph.nodes())

@@ -84,8 +84,8 @@ def test_case_b_an_outlier_through_a_pooling_makes_both_quantizers_causes(fw):
 def test_case_c_a_layer_given_too_few_bits_is_the_cause_and_gets_more(fw, trained_digits):
     """The second conv's weights at 2 bits (the user's `BitWidthConfig`), rounded to nearest
     as MCT's PTQ does: they are the first cause, and the fix gives them the fewest bits that
-    make them harmless. (Compensated rounding, the default, keeps these 2-bit weights within a
-    few points: no damage to diagnose.)"""
+    make them harmless. (Compensated rounding keeps these 2-bit weights within a few points:
+    no damage to diagnose.)"""
     model, x_train, x_test, y_test = trained_digits
     # Keras names the layer after the convs made before it in the process
     conv = "3" if fw.name == "pytorch" else [layer.name for layer in model.layers if type(layer).__name__ == "Conv2D"][1]

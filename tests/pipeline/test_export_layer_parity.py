@@ -67,9 +67,8 @@ def test_clean_export_has_every_layer_within_one_step(framework, tmp_path):
     for row in table.rows:
         # one step at most, or, where the inputs already differ by a step, two on a few values
         assert row.max_steps <= 1.001 or (row.max_steps <= 2.001 and row.over_one_step < 1e-3), row
-        # the runtime is far closer to the quantized model than the quantized model to the float
-        # one (int8 TFLite's dense: 42 dB against 37 dB, its ties a step off after integer sums)
-        assert row.sqnr_db > row.float_sqnr_db + 3, row
+        # the runtime is far closer to the quantized model than the quantized model to the float one
+        assert row.sqnr_db > row.float_sqnr_db + 5, row
     assert result.parity_ok and len(result.parity) == 1  # the outputs' parity is unchanged
     # reading the tensors leaves what the runtime computes as it is (TFLite: within a step of XNNPACK)
     (note,) = [n for n in table.notes if "the run with its tensors exposed" in n]

@@ -1,5 +1,7 @@
 """Error-compensated rounding of kernels: each rounding error is taken up by the weights not yet rounded.
 
+Opt-in: ``QuantizationConfig(weights_compensated_rounding=True)``.
+
 A layer computes ``y = W x``. Rounding every weight to its nearest grid value makes each
 error as small as it can be alone, but the layer's output error ``(Wq - W) x`` depends on
 how the errors of the weights that read correlated inputs add up. Neighbouring samples of
