@@ -182,25 +182,11 @@ def tap_coverage(node: Node) -> np.ndarray | None:
     sizes_in, sizes_out = [in_shape[d] for d in dims], [out_shape[d] for d in dims]
     if not all(isinstance(v, int) and v > 0 for v in sizes_in + sizes_out):
         return None
-    n = len(spatial)
     ks = tuple(int(kernel.shape[a]) for a in spatial)
-    strides = _pair(node.attrs.get("stride", node.attrs.get("strides", 1)), n)
-    dilation = _pair(node.attrs.get("dilation", node.attrs.get("dilation_rate", 1)), n)
-    padding = node.attrs.get("padding", 0)
-    if strides is None or dilation is None:
+    geometry = conv_geometry(node, ks, sizes_in, sizes_out)
+    if geometry is None:
         return None
-    if isinstance(padding, str):
-        if padding.lower() != "same":  # "valid" pads nothing; "causal" and others: not modelled
-            return None
-        before = tuple(
-            max((o - 1) * st + (k - 1) * dl + 1 - i, 0) // 2
-            for i, o, k, st, dl in zip(sizes_in, sizes_out, ks, strides, dilation)
-        )
-    else:
-        pairs = _pair(padding, n)
-        if pairs is None:
-            return None
-        before = pairs
+    strides, dilation, before = geometry
     coverage = np.ones([1] * nd)
     for a, i, o, k, st, dl, pb in zip(spatial, sizes_in, sizes_out, ks, strides, dilation, before):
         at = np.arange(o)[None, :] * st - pb + np.arange(k)[:, None] * dl
@@ -209,6 +195,32 @@ def tap_coverage(node: Node) -> np.ndarray | None:
         shape[a] = k
         coverage = coverage * frac.reshape(shape)
     return None if np.all(coverage == 1.0) else coverage
+
+
+def conv_geometry(
+    node: Node, kernel: tuple[int, ...], sizes_in: list, sizes_out: list
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """A convolution's stride, dilation and zeros padded before, per spatial dimension (its
+    input and output sizes ``sizes_in``/``sizes_out`` there, its ``kernel`` size), or None
+    when its attributes say something not modelled ("causal" padding, a padding per side)."""
+    n = len(kernel)
+    strides = _pair(node.attrs.get("stride", node.attrs.get("strides", 1)), n)
+    dilation = _pair(node.attrs.get("dilation", node.attrs.get("dilation_rate", 1)), n)
+    padding = node.attrs.get("padding", 0)
+    if strides is None or dilation is None:
+        return None
+    if isinstance(padding, str):
+        if padding.lower() == "valid":
+            return strides, dilation, (0,) * n
+        if padding.lower() != "same":
+            return None
+        before = tuple(
+            max((o - 1) * st + (k - 1) * dl + 1 - i, 0) // 2
+            for i, o, k, st, dl in zip(sizes_in, sizes_out, kernel, strides, dilation)
+        )
+        return strides, dilation, before
+    pairs = _pair(padding, n)
+    return None if pairs is None else (strides, dilation, pairs)
 
 
 def _groups(node: Node) -> int:

@@ -48,7 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import lapack
 
-from model_compression_toolkit.core.graph import Edge, Graph, Node, OpKind
+from model_compression_toolkit.core.calibration.bias_correction import _only_data_input, conv_geometry
+from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import QuantGrid, WeightsQuantConfig
 
 BLOCK = 1024  # columns compensated together: whole input channels up to this many columns
@@ -357,28 +358,11 @@ def _conv_patches(
     sizes_out = [out_shape[d] for d in dims]
     if not all(isinstance(v, int) and v > 0 for v in sizes_out) or in_shape[channel] != kernel.shape[in_axis]:
         return None
-    n = len(spatial_axes)
     ks = tuple(int(kernel.shape[a]) for a in spatial_axes)
-    stride = _pair(node.attrs.get("stride", node.attrs.get("strides", 1)), n)
-    dilation = _pair(node.attrs.get("dilation", node.attrs.get("dilation_rate", 1)), n)
-    padding = node.attrs.get("padding", 0)
-    if stride is None or dilation is None:
+    geometry = conv_geometry(node, ks, sizes_in, sizes_out)
+    if geometry is None:
         return None
-    if isinstance(padding, str):
-        if padding.lower() == "valid":
-            before = (0,) * n
-        elif padding.lower() == "same":
-            before = tuple(
-                max((o - 1) * st + (k - 1) * dl + 1 - i, 0) // 2
-                for i, o, k, st, dl in zip(sizes_in, sizes_out, ks, stride, dilation)
-            )
-        else:
-            return None
-    else:
-        pairs = _pair(padding, n)
-        if pairs is None:
-            return None
-        before = pairs
+    stride, dilation, before = geometry
     after = tuple(
         (o - 1) * st + (k - 1) * dl + 1 - i - b
         for i, o, k, st, dl, b in zip(sizes_in, sizes_out, ks, stride, dilation, before)
@@ -387,14 +371,6 @@ def _conv_patches(
     return Patches(
         channels * math.prod(ks), channels, channel, ks, stride, dilation, before, after, in_shape[1:]
     )
-
-
-def _pair(value: object, n: int) -> tuple[int, ...] | None:
-    if isinstance(value, int):
-        return (value,) * n
-    if isinstance(value, (tuple, list)) and len(value) == n and all(isinstance(v, int) for v in value):
-        return tuple(value)
-    return None
 
 
 def kernel_matrix(node: Node, kernel: np.ndarray) -> np.ndarray:
@@ -424,11 +400,6 @@ def input_source(graph: Graph, node: Node) -> str | None:
     another output of its producer: the statistics pass reads first outputs only)."""
     edge = _only_data_input(graph, node.name)
     return None if edge is None else edge.src
-
-
-def _only_data_input(graph: Graph, name: str) -> Edge | None:
-    edges = [e for e in graph.in_edges(name) if e.dst_index == 0]
-    return edges[0] if len(edges) == 1 and edges[0].src_index == 0 else None
 
 
 def compensated_layers(graph: Graph, budget: float = BUDGET) -> dict[str, tuple[str, Patches]]:
