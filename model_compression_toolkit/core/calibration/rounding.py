@@ -156,8 +156,10 @@ class InputMoments:
         self.patches = patches
         self.blocks = patches.blocks()
         self._sums = [np.zeros((b.stop - b.start,) * 2, np.float32) for b in self.blocks]
+        self._totals = np.zeros(patches.features, np.float64)  # each column's sum, for the mean
         self.rows = 0
-        self._factors: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self._centered: list[np.ndarray] | None = None
+        self._factors: dict[bool, list[tuple[np.ndarray, np.ndarray]]] = {}
         self._kernels: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
     def __deepcopy__(self, memo: dict) -> InputMoments:
@@ -173,6 +175,7 @@ class InputMoments:
         column = np.repeat(1.0 / scale, max(1, self.patches.taps))
         out = InputMoments(self.patches)
         out.rows = self.rows
+        out._totals = self._totals * column
         for block, acc, new in zip(self.blocks, self._sums, out._sums):
             c = column[block]
             new[...] = acc * np.outer(c, c)
@@ -190,32 +193,56 @@ class InputMoments:
         for block, acc in zip(self.blocks, self._sums):
             part = rows[:, block]
             acc += part.T @ part
+        self._totals += rows.sum(axis=0, dtype=np.float64)
         self.rows += len(rows)
-        self._factors = None
+        self._centered = None
+        self._factors = {}
 
-    def factors(self) -> list[tuple[np.ndarray, np.ndarray]]:
+    def sums(self, centered: bool) -> list[np.ndarray]:
+        """Per block, the sum of ``x x^T`` over the rows; ``centered``: of
+        ``(x - m)(x - m)^T``, ``m`` the rows' mean (what is left once a bias correction
+        takes the mean error out)."""
+        if not centered:
+            return self._sums
+        if self._centered is None:
+            mean = self._totals / max(self.rows, 1)
+            self._centered = [
+                (acc - self.rows * np.outer(mean[block], mean[block])).astype(np.float32)
+                for block, acc in zip(self.blocks, self._sums)
+            ]
+        return self._centered
+
+    def factors(self, centered: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per block, the order its columns are rounded in (largest input second moment
         first, GPTQ's "act order") and the upper Cholesky factor of the damped ``H``'s
         inverse in that order: row ``i`` says how the error of column ``i`` spreads over the
         later columns."""
-        if self._factors is None:
-            self._factors = []
-            for acc in self._sums:
+        if centered not in self._factors:
+            found = []
+            for acc in self.sums(centered):
                 order = np.argsort(-np.diag(acc), kind="stable")
                 h = acc[np.ix_(order, order)].astype(np.float32)
                 h /= max(self.rows, 1)
-                self._factors.append((order, _inverse_factor(h)))
-        return self._factors
+                found.append((order, _inverse_factor(h)))
+            self._factors[centered] = found
+        return self._factors[centered]
 
     def round(
-        self, matrix: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, grid: QuantGrid
+        self,
+        matrix: np.ndarray,
+        scale: np.ndarray,
+        zero_point: np.ndarray,
+        grid: QuantGrid,
+        centered: bool = False,
     ) -> np.ndarray:
         """``matrix`` (output channels, columns) rounded onto ``grid`` column by column,
-        each error compensated; ``scale``/``zero_point`` one per row or scalars."""
+        each error compensated; ``scale``/``zero_point`` one per row or scalars.
+        ``centered``: the layer's bias is corrected for the mean error (bias correction),
+        so the errors are weighed by the inputs' covariance, not their second moments."""
         out = np.array(matrix, np.float64)
         scale = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1, 1), (out.shape[0], 1))
         zp = np.broadcast_to(np.asarray(zero_point, np.float64).reshape(-1, 1), (out.shape[0], 1))
-        for block, (order, factor), acc in zip(self.blocks, self.factors(), self._sums):
+        for block, (order, factor), acc in zip(self.blocks, self.factors(centered), self.sums(centered)):
             columns = np.arange(block.start, block.stop)[order]
             w = out[:, columns]
             compensated = _compensate(w, factor, scale, zp, grid.qmin, grid.qmax)
@@ -463,10 +490,11 @@ def compensated_kernel(node: Node, cfg: WeightsQuantConfig) -> np.ndarray | None
     scale, zp = np.asarray(grid.scale, np.float64), np.asarray(grid.zero_point, np.float64)
     if scale.size not in (1, matrix.shape[0]) or zp.size not in (1, matrix.shape[0]):
         return None
-    key = (scale.tobytes(), zp.tobytes(), grid.qmin, grid.qmax)
+    centered = node.quant.input_mean is not None  # bias correction takes the mean error out
+    key = (scale.tobytes(), zp.tobytes(), grid.qmin, grid.qmax, centered)
     hit = moments.cached(key, kernel)
     if hit is not None:
         return hit
-    rounded = from_matrix(node, moments.round(matrix, scale, zp, grid), kernel)
+    rounded = from_matrix(node, moments.round(matrix, scale, zp, grid, centered), kernel)
     moments.remember(key, kernel, rounded)
     return rounded
