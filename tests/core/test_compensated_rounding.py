@@ -304,7 +304,7 @@ def test_moments_of_an_equalized_input_are_the_moments_scaled():
     after.update((x / s[None, :, None]).astype(np.float32))
     scaled = before.scaled(s)
     assert scaled is not None and scaled.rows == after.rows
-    np.testing.assert_allclose(scaled._sums[0], after._sums[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(scaled.sums(centered=False)[0], after.sums(centered=False)[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(scaled.sums(centered=True)[0], after.sums(centered=True)[0], rtol=1e-4, atol=1e-5)
     assert before.scaled(np.ones(2)) is None  # scales that are not one per channel
 

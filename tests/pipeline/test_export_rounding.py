@@ -167,11 +167,11 @@ def test_a_small_tensor_whose_inputs_differ_is_not_named_a_mismatch():
     assert table.first_departure is None
 
 
-def _report(cosine: float, floor: float | None, departs: bool, measured: bool = True):
+def _report(cosine: float, floor: float | None, departs: bool, measured: bool = True, bias: float | None = None):
     from model_compression_toolkit.core.export.report import ExportReport, OutputParity
     from model_compression_toolkit.core.layer_parity import LayerParity, LayerTable
 
-    output = OutputParity("y", 32, 0.01, 0.5, 0.01, 50.0, 0.5, cosine, 20.0, floor_cosine=floor)
+    output = OutputParity("y", 32, 0.01, 0.5, 0.01, 50.0, 0.5, cosine, 20.0, floor_cosine=floor, bias_cosine=bias)
     row = LayerParity("conv", "Conv2d", ("conv",), 0.01, "t_conv" if measured else None, departs=departs)
     layers = LayerTable([row])
     return ExportReport(
@@ -190,3 +190,10 @@ def test_parity_on_a_network_that_amplifies_its_own_rounding():
     assert not _report(0.995, floor=0.9995, departs=False).parity_ok  # a network that keeps 0.999: held to it
     assert not _report(0.993, floor=0.990, departs=False, measured=False).parity_ok  # no per-layer table
     assert _report(0.9995, floor=None, departs=False, measured=False).parity_ok  # 0.999 as ever
+    # the int32 biases the file stores move such a network too (PP-OCR's recognizer with
+    # compensated rounding: the float32 floor 0.996, the int32 biases alone 0.976, the file
+    # 0.990): the farther of the two references is the floor
+    assert _report(0.990, floor=0.9964, departs=False, bias=0.9757).parity_ok
+    assert not _report(0.990, floor=0.9964, departs=False).parity_ok  # the float32 floor alone
+    assert not _report(0.990, floor=0.9964, departs=True, bias=0.9757).parity_ok
+    assert not _report(0.940, floor=0.9964, departs=False, bias=0.9757).parity_ok  # further than both

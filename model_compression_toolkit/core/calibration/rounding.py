@@ -155,11 +155,15 @@ class InputMoments:
     def __init__(self, patches: Patches) -> None:
         self.patches = patches
         self.blocks = patches.blocks()
+        # sums of (x - shift)(x - shift)^T and of x - shift, ``shift`` the first batch's mean:
+        # the mean is taken out before the float32 sums, not after (an input far from zero
+        # with little spread would lose its covariance to cancellation)
+        self._shift: np.ndarray | None = None
         self._sums = [np.zeros((b.stop - b.start,) * 2, np.float32) for b in self.blocks]
-        self._totals = np.zeros(patches.features, np.float64)  # each column's sum, for the mean
+        self._totals = np.zeros(patches.features, np.float64)
         self.rows = 0
-        self._centered: list[np.ndarray] | None = None
-        self._factors: dict[bool, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._derived: dict[bool, list[np.ndarray]] = {}
+        self._factors: dict[bool, list[tuple[np.ndarray, np.ndarray] | None]] = {}
         self._kernels: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
     def __deepcopy__(self, memo: dict) -> InputMoments:
@@ -175,6 +179,7 @@ class InputMoments:
         column = np.repeat(1.0 / scale, max(1, self.patches.taps))
         out = InputMoments(self.patches)
         out.rows = self.rows
+        out._shift = None if self._shift is None else self._shift * column
         out._totals = self._totals * column
         for block, acc, new in zip(self.blocks, self._sums, out._sums):
             c = column[block]
@@ -190,40 +195,52 @@ class InputMoments:
         if self.full:
             return
         rows = self.patches.rows(value, min(ROWS_PER_BATCH, MAX_ROWS - self.rows))
+        if not len(rows):
+            return
+        if self._shift is None:
+            self._shift = rows.mean(axis=0, dtype=np.float64)
+        rows = rows - self._shift.astype(np.float32)
         for block, acc in zip(self.blocks, self._sums):
             part = rows[:, block]
             acc += part.T @ part
         self._totals += rows.sum(axis=0, dtype=np.float64)
         self.rows += len(rows)
-        self._centered = None
+        self._derived = {}
         self._factors = {}
 
     def sums(self, centered: bool) -> list[np.ndarray]:
         """Per block, the sum of ``x x^T`` over the rows; ``centered``: of
         ``(x - m)(x - m)^T``, ``m`` the rows' mean (what is left once a bias correction
         takes the mean error out)."""
-        if not centered:
-            return self._sums
-        if self._centered is None:
-            mean = self._totals / max(self.rows, 1)
-            self._centered = [
-                (acc - self.rows * np.outer(mean[block], mean[block])).astype(np.float32)
-                for block, acc in zip(self.blocks, self._sums)
-            ]
-        return self._centered
+        if centered not in self._derived:
+            n = max(self.rows, 1)
+            shift = np.zeros(self.patches.features) if self._shift is None else self._shift
+            offset = self._totals / n  # the rows' mean less the shift
+            found = []
+            for block, acc in zip(self.blocks, self._sums):
+                d, c = offset[block], shift[block]
+                if centered:  # sum (x - m)(x - m)^T = sum (x - c)(x - c)^T - n d d^T
+                    total = acc - n * np.outer(d, d)
+                else:  # sum x x^T = sum (x - c)(x - c)^T + n (c d^T + d c^T + c c^T)
+                    total = acc + n * (np.outer(c, d) + np.outer(d, c) + np.outer(c, c))
+                found.append(total.astype(np.float32))
+            self._derived[centered] = found
+        return self._derived[centered]
 
-    def factors(self, centered: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+    def factors(self, centered: bool = False) -> list[tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
         """Per block, the order its columns are rounded in (largest input second moment
-        first, GPTQ's "act order") and the upper Cholesky factor of the damped ``H``'s
-        inverse in that order: row ``i`` says how the error of column ``i`` spreads over the
-        later columns."""
+        first, GPTQ's "act order"), the upper Cholesky factor of the damped ``H``'s inverse
+        in that order (row ``i`` says how the error of column ``i`` spreads over the later
+        columns) and what the damping added to each column's diagonal entry; None for a
+        block whose ``H`` stays singular (it rounds to nearest)."""
         if centered not in self._factors:
             found = []
             for acc in self.sums(centered):
                 order = np.argsort(-np.diag(acc), kind="stable")
                 h = acc[np.ix_(order, order)].astype(np.float32)
                 h /= max(self.rows, 1)
-                found.append((order, _inverse_factor(h)))
+                factor = _inverse_factor(h)
+                found.append(None if factor is None else (order, *factor))
             self._factors[centered] = found
         return self._factors[centered]
 
@@ -242,20 +259,25 @@ class InputMoments:
         out = np.array(matrix, np.float64)
         scale = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1, 1), (out.shape[0], 1))
         zp = np.broadcast_to(np.asarray(zero_point, np.float64).reshape(-1, 1), (out.shape[0], 1))
-        for block, (order, factor), acc in zip(self.blocks, self.factors(centered), self.sums(centered)):
-            columns = np.arange(block.start, block.stop)[order]
-            w = out[:, columns]
-            compensated = _compensate(w, factor, scale, zp, grid.qmin, grid.qmax)
+        n = max(self.rows, 1)
+        for block, factors, acc in zip(self.blocks, self.factors(centered), self.sums(centered)):
+            w = out[:, block]
             nearest = (np.clip(np.round(w / scale) + zp, grid.qmin, grid.qmax) - zp) * scale
+            if factors is None:
+                out[:, block] = nearest
+                continue
+            order, factor, added = factors
+            compensated, error = _compensate(w[:, order], factor, scale, zp, grid.qmin, grid.qmax)
             # the greedy column order can do worse than nearest rounding (a grid far coarser
             # than a channel's weights): each output channel keeps the rounding whose error
-            # on the calibration inputs, (q - w) H (q - w)^T, is the smaller
-            both = np.empty((2 * len(w), len(order)), np.float32)  # columns back in the block's order
-            both[:, order] = np.vstack([compensated - w, nearest - w])
-            error = _output_error(both, acc)
-            worse = error[: len(w)] > error[len(w) :]
-            compensated[worse] = nearest[worse]
-            out[:, columns] = compensated
+            # on the calibration inputs, (q - w) H (q - w)^T with the damped H, is the smaller
+            delta = (nearest - w).astype(np.float32)
+            error_nearest = _output_error(delta, acc) / n + (delta[:, order] ** 2) @ added
+            rounded = np.empty_like(w)
+            rounded[:, order] = compensated
+            worse = error > error_nearest
+            rounded[worse] = nearest[worse]
+            out[:, block] = rounded
         return out
 
     def cached(self, key: tuple, kernel: np.ndarray) -> np.ndarray | None:
@@ -277,36 +299,42 @@ def _output_error(delta: np.ndarray, h: np.ndarray) -> np.ndarray:
     return np.einsum("oi,oi->o", delta @ h, delta)
 
 
-def _inverse_factor(h: np.ndarray) -> np.ndarray:
+def _inverse_factor(h: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The upper Cholesky factor ``U`` of the damped ``h``'s inverse (``U^T U = h^-1``),
-    ``h`` symmetric float32 (changed in place).
+    ``h`` symmetric float32 (changed in place), and what the damping added to each diagonal
+    entry; None when ``h`` stays singular with a hundred times the damping (the block then
+    rounds to nearest).
 
     With ``J`` the reversal of the columns, ``J h J = L L^T`` gives ``h^-1 = U^T U`` for
     ``U = J L^-1 J``, which is upper triangular: one factorization and one triangular
     inverse, in float32 (the damping keeps it well conditioned)."""
     diag = np.diag(h).copy()
-    dead = diag <= 0  # an input that is always zero: its weights round to nearest
+    dead = diag <= 0  # an input that is always zero (or constant, centered): its weights round to nearest
     if dead.any():
         h[dead, :] = 0
         h[:, dead] = 0
-        diag[dead] = 1
-    mean = float(np.mean(diag))
-    h[np.diag_indices_from(h)] = diag + DAMP * (mean if mean > 0 else 1.0)
-    reversed_h = np.ascontiguousarray(h[::-1, ::-1]).T  # Fortran order; symmetric, so the same matrix
-    low, info = lapack.spotrf(reversed_h, lower=1, overwrite_a=1)
-    if info == 0:
-        inv, info = lapack.strtri(low, lower=1, overwrite_c=1)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"second moments not positive definite (LAPACK info {info})")
-    return np.tril(inv)[::-1, ::-1]
+    mean = float(np.mean(np.where(dead, 0.0, diag)))
+    for damp in (DAMP, 10 * DAMP, 100 * DAMP):
+        added = np.where(dead, 1.0, 0.0) + damp * (mean if mean > 0 else 1.0)
+        h[np.diag_indices_from(h)] = np.where(dead, 0.0, diag) + added
+        reversed_h = np.ascontiguousarray(h[::-1, ::-1]).T  # Fortran order; symmetric, so the same matrix
+        low, info = lapack.spotrf(reversed_h, lower=1, overwrite_a=1)
+        if info == 0:
+            inv, info = lapack.strtri(low, lower=1, overwrite_c=1)
+        if info == 0:
+            return np.tril(inv)[::-1, ::-1], added
+    return None
 
 
 def _compensate(
     w: np.ndarray, u: np.ndarray, scale: np.ndarray, zp: np.ndarray, qmin: int, qmax: int
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """GPTQ's lazy-batch loop over the columns of ``w`` with the factor ``u``: each column
     rounded to nearest, its error divided by ``u[i, i]`` moved onto the later columns along
     ``u[i]`` (within the next ``_LAZY`` columns at once, beyond them a batch at a time).
+    Returns the rounded ``w`` and, per row, its error ``(q - w) H (q - w)^T`` on the damped
+    ``H`` that ``u`` factors: the sum of the squared scaled column errors (Optimal Brain
+    Surgeon's identity), for free.
     Worked on ``w``'s transpose, so that each column is a contiguous row; the integer range
     is shifted by the zero point once (``round(x / s) + z`` in ``[qmin, qmax]`` is
     ``round(x / s)`` in ``[qmin - z, qmax - z]`` for an integer ``z``)."""
@@ -317,6 +345,7 @@ def _compensate(
     q = np.empty_like(wt)
     inverse_diagonal = 1.0 / np.diag(u)
     n = wt.shape[0]
+    loss = np.zeros(wt.shape[1])
     for a in range(0, n, _LAZY):
         b = min(a + _LAZY, n)
         errors = np.empty((b - a, wt.shape[1]))
@@ -331,9 +360,10 @@ def _compensate(
             error *= inverse_diagonal[i]
             if i + 1 < b:
                 wt[i + 1 : b] -= u[i, i + 1 : b, None] * error
+        loss += np.einsum("ij,ij->j", errors, errors)
         if b < n:
             wt[b:] -= u[a:b, b:].T @ errors
-    return q.T
+    return q.T, loss
 
 
 # ----------------------------------------------------------------- which layers, how laid out
