@@ -120,6 +120,9 @@ def test_a_map_whose_decisions_stay_is_no_cause_however_its_background_moves(fw)
     measured = [q for q in report.quantizers if q.output_sqnr_db is not None]
     assert report.impacts_skipped > 0 and not measured, report.summary()
     assert "not run alone" in report.summary() and "not run alone" in causes_markdown(report)
+    # the figure says how it counts: on the values a decision reads, not every value of the map
+    assert report.quantized_output_read_as == "decision"
+    assert "probabilities on the values a decision reads" in report.summary()
 
 
 def test_a_map_whose_weak_probabilities_are_wiped_out_is_a_cause(fw):

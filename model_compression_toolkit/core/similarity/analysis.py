@@ -397,8 +397,9 @@ def analyze(
         if acc.bins is not None
     }
     report = SimilarityReport(
-        seen, layers, entries, fix, probe.samples if probe is not None else 0, runs.quantized_db, runs.skipped
-    )
+        seen, layers, entries, fix, probe.samples if probe is not None else 0, runs.quantized_db, runs.skipped,
+        runs.read_as,
+    )  # fmt: skip
     return SimilarityResult(report, histograms)
 
 

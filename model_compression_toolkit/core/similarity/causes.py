@@ -411,7 +411,9 @@ def measure_impacts(
     for rank, entry in enumerate(ordered, start=1):
         entry.rank = rank
     entries[:] = ordered
-    return ImpactRuns(None if whole is None else whole.sqnr_db, skipped)
+    if whole is None:
+        return ImpactRuns(None, skipped)
+    return ImpactRuns(whole.sqnr_db, skipped, "rank" if whole.ranked else "decision" if whole.probability else None)
 
 
 @dataclass(frozen=True)
@@ -423,10 +425,14 @@ class ImpactRuns:
             quantizer on (its worst part, judged as a cause is); None: no candidate.
         skipped: the candidates not run alone because ``quantized_db`` bounds their
             impact over `CAUSE_DB` (`SKIP_MARGIN_DB`).
+        read_as: how that part's noise was counted: ``"rank"``, a softmax read by rank
+            (only the rows whose top class changed); ``"decision"``, probabilities on the
+            values a decision reads; None, every value.
     """
 
     quantized_db: float | None = None
     skipped: int = 0
+    read_as: str | None = None
 
 
 def _worst_first(entry: QuantizerEntry) -> tuple:

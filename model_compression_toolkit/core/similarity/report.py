@@ -8,6 +8,7 @@ quantizer):
     {"samples": int, "sqnr_ceiling_db": float, "impact_samples": int,
      "quantized_output_db": float | null,  # every quantizer on, its worst output part
      "impacts_skipped": int,  # candidates not run alone: quantized_output_db bounds them
+     "quantized_output_read_as": "rank" | "decision" | null,  # how that figure counts noise
      "error_classes": {"low": ">= 30 dB", "medium": "15 - 30 dB", "high": "< 15 dB"},
      "cause_bound_db": 20.0,
      "causes": [name, ...],          # the quantizers that damage the output on their own
@@ -149,6 +150,11 @@ class SimilarityReport:
             quantizer on: its worst output part, judged as a cause is (None: not measured).
         impacts_skipped: the quantizers not run alone because ``quantized_output_db`` is
             `causes.SKIP_MARGIN_DB` over the cause bar: one alone cannot do worse than all.
+        quantized_output_read_as: how ``quantized_output_db`` counts noise: ``"rank"``, a
+            softmax read by rank (only the rows whose top class changed: no row changed is
+            the ceiling, where the layer table's SQNR of the same output counts every
+            value); ``"decision"``, probabilities on the values a decision reads; None,
+            every value.
     """
 
     samples: int
@@ -158,6 +164,7 @@ class SimilarityReport:
     impact_samples: int = 0
     quantized_output_db: float | None = None
     impacts_skipped: int = 0
+    quantized_output_read_as: str | None = None
 
     def ranked(self) -> list[LayerSimilarity]:
         """Compare points worst first: those whose quantizers were measured by how much they
@@ -178,11 +185,15 @@ class SimilarityReport:
         """Why no quantizer was run alone (empty when some were, or none needed to be)."""
         if not self.impacts_skipped or self.quantized_output_db is None:
             return ""
+        read = {
+            "rank": ", a softmax read by rank: only the rows whose top class changed count as noise",
+            "decision": ", probabilities on the values a decision reads",
+        }.get(self.quantized_output_read_as or "", "")
         return (
             f"every quantizer together keeps the outputs at {self.quantized_output_db:.1f} dB (worst part, "
-            f"on {self.impact_samples} samples), over the {CAUSE_DB:g} dB bar of a cause: one quantizer alone adds "
-            f"no more noise than all of them, so the {self.impacts_skipped} with the largest own error were "
-            "not run alone"
+            f"on {self.impact_samples} samples{read}), over the {CAUSE_DB:g} dB bar of a cause: one quantizer "
+            f"alone adds no more noise than all of them, so the {self.impacts_skipped} with the largest own error "
+            "were not run alone"
         )
 
     def drop_start(self) -> LayerSimilarity | None:
@@ -221,6 +232,7 @@ class SimilarityReport:
             "impact_samples": self.impact_samples,
             "quantized_output_db": json_safe(self.quantized_output_db),
             "impacts_skipped": self.impacts_skipped,
+            "quantized_output_read_as": self.quantized_output_read_as,
             "error_classes": {"low": ">= 30 dB", "medium": "15 - 30 dB", "high": "< 15 dB"},
             "cause_bound_db": CAUSE_DB,
             "causes": [f"{q.name} ({q.kind})" for q in self.causes()],
