@@ -204,6 +204,23 @@ def test_uncorrelated_inputs_round_to_nearest():
     np.testing.assert_allclose(q, _nearest(w, scale, grid), atol=1e-12)
 
 
+def test_inputs_that_give_no_usable_moments_round_to_nearest():
+    """A constant input channel (nothing left once centered), an input holding inf or NaN (a
+    mask): the rounding never fails a PTQ call and never leaves the grid."""
+    rng = np.random.default_rng(9)
+    w = rng.normal(size=(6, 12))
+    scale, grid = _grid(w)
+    x = rng.normal(size=(256, 12))
+    x[:, 3] = 5.0  # constant
+    q = _moments(x).round(w, scale, grid.zero_point, grid, centered=True)
+    levels = q / scale[:, None]
+    np.testing.assert_allclose(levels, np.round(levels), atol=1e-9)
+    x[7, 2] = np.inf
+    for centered in (True, False):
+        q = _moments(x).round(w, scale, grid.zero_point, grid, centered=centered)
+        np.testing.assert_allclose(q, _nearest(w, scale, grid), atol=1e-12)
+
+
 def test_columns_split_into_blocks_of_whole_input_channels():
     taps = rounding.BLOCK // 2 - 12  # two channels fit in a block, three do not
     patches = rounding.Patches(3 * taps, 3, 1, kernel=(taps,), stride=(1,), dilation=(1,), pad_before=(0,),

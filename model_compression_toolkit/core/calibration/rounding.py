@@ -163,7 +163,7 @@ class InputMoments:
         self._totals = np.zeros(patches.features, np.float64)
         self.rows = 0
         self._derived: dict[bool, list[np.ndarray]] = {}
-        self._factors: dict[bool, list[tuple[np.ndarray, np.ndarray] | None]] = {}
+        self._factors: dict[bool, list[tuple[np.ndarray, np.ndarray, np.ndarray] | None]] = {}
         self._kernels: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
     def __deepcopy__(self, memo: dict) -> InputMoments:
@@ -197,13 +197,14 @@ class InputMoments:
         rows = self.patches.rows(value, min(ROWS_PER_BATCH, MAX_ROWS - self.rows))
         if not len(rows):
             return
-        if self._shift is None:
-            self._shift = rows.mean(axis=0, dtype=np.float64)
-        rows = rows - self._shift.astype(np.float32)
-        for block, acc in zip(self.blocks, self._sums):
-            part = rows[:, block]
-            acc += part.T @ part
-        self._totals += rows.sum(axis=0, dtype=np.float64)
+        with np.errstate(all="ignore"):  # an inf in the input (a mask) makes NaN moments: nearest rounding
+            if self._shift is None:
+                self._shift = rows.mean(axis=0, dtype=np.float64)
+            rows = rows - self._shift.astype(np.float32)
+            for block, acc in zip(self.blocks, self._sums):
+                part = rows[:, block]
+                acc += part.T @ part
+            self._totals += rows.sum(axis=0, dtype=np.float64)
         self.rows += len(rows)
         self._derived = {}
         self._factors = {}
@@ -219,11 +220,12 @@ class InputMoments:
             found = []
             for block, acc in zip(self.blocks, self._sums):
                 d, c = offset[block], shift[block]
-                if centered:  # sum (x - m)(x - m)^T = sum (x - c)(x - c)^T - n d d^T
-                    total = acc - n * np.outer(d, d)
-                else:  # sum x x^T = sum (x - c)(x - c)^T + n (c d^T + d c^T + c c^T)
-                    total = acc + n * (np.outer(c, d) + np.outer(d, c) + np.outer(c, c))
-                found.append(total.astype(np.float32))
+                with np.errstate(all="ignore"):
+                    if centered:  # sum (x - m)(x - m)^T = sum (x - c)(x - c)^T - n d d^T
+                        total = acc - n * np.outer(d, d)
+                    else:  # sum x x^T = sum (x - c)(x - c)^T + n (c d^T + d c^T + c c^T)
+                        total = acc + n * (np.outer(c, d) + np.outer(d, c) + np.outer(c, c))
+                    found.append(total.astype(np.float32))
             self._derived[centered] = found
         return self._derived[centered]
 
@@ -303,12 +305,14 @@ def _output_error(delta: np.ndarray, h: np.ndarray) -> np.ndarray:
 def _inverse_factor(h: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The upper Cholesky factor ``U`` of the damped ``h``'s inverse (``U^T U = h^-1``),
     ``h`` symmetric float32 (changed in place), and what the damping added to each diagonal
-    entry; None when ``h`` stays singular with a hundred times the damping (the block then
-    rounds to nearest).
+    entry; None when ``h`` is not finite or stays singular with a hundred times the damping
+    (the block then rounds to nearest).
 
     With ``J`` the reversal of the columns, ``J h J = L L^T`` gives ``h^-1 = U^T U`` for
     ``U = J L^-1 J``, which is upper triangular: one factorization and one triangular
     inverse, in float32 (the damping keeps it well conditioned)."""
+    if not np.all(np.isfinite(h)):  # an input that held inf or NaN: nothing to weigh by
+        return None
     diag = np.diag(h).copy()
     dead = diag <= 0  # an input that is always zero (or constant, centered): its weights round to nearest
     if dead.any():
