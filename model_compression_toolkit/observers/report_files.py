@@ -22,7 +22,8 @@ def write_similarity_report(folder: Path, report: SimilarityReport) -> list[Path
     """``similarity_report.json``, ``similarity_report.csv`` (a row per layer) and
     ``similarity_causes.csv`` (a row per quantizer) in ``folder``."""
     paths = [folder / SIMILARITY_JSON, folder / SIMILARITY_CSV, folder / CAUSES_CSV]
-    for path, text in zip(paths, (report.to_json(), report.to_csv(), report.causes_csv())):
+    data = report.to_dict()
+    for path, text in zip(paths, (report.to_json(data), report.to_csv(data), report.causes_csv(data))):
         path.write_text(text, encoding="utf-8")
     return paths
 

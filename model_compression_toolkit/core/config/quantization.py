@@ -78,12 +78,14 @@ class QuantizationConfig:
             as MCT does by default (see `core.calibration.bias_correction`).
         weights_compensated_rounding: round each kernel of a dense layer or a one-group
             convolution onto its grid column by column, each rounding error moved onto the
-            weights not yet rounded by the second moments of the layer's float input (GPTQ's
-            rounding, without gradients; see `core.calibration.rounding`). The grid is the
-            same; the layer's output error on correlated inputs is much smaller. Off by
-            default (every weight rounded to its nearest level, as MCT's PTQ does): on the
-            bench's CNNs it gives 1 to 6 dB of output SQNR, but on a held-out real
-            classifier calibrated on 12 images it cost 8 dB (bench/results/heldout.md).
+            weights not yet rounded by the second moments of the layer's float input (its
+            covariance where bias correction takes the mean error out; GPTQ's rounding,
+            without gradients; see `core.calibration.rounding`). The grid is the same; the
+            layer's output error on correlated inputs is much smaller. Off by default (every
+            weight rounded to its nearest level, as MCT's PTQ does) for its cost: on the
+            bench's CNNs and the held-out real models it gives 1 to 9.5 dB of output SQNR
+            (bench/results/peers.md, heldout.md), and it adds up to about two seconds of
+            work to a PTQ call (two float passes on the zoo's 626-layer text recognizer).
         calibration_batches: at most this many batches of ``representative_data_gen`` are
             read to collect the statistics (MCT 1.x's ``n_iter``), so that a generator that
             never ends is read for a bounded time; None reads every batch (the generator

@@ -241,18 +241,18 @@ class SimilarityReport:
             "layers": rows,
         }
 
-    def to_json(self) -> str:
-        """`to_dict` as JSON."""
-        return json.dumps(self.to_dict(), indent=1, allow_nan=False)
+    def to_json(self, data: dict[str, Any] | None = None) -> str:
+        """`to_dict` as JSON (``data``: `to_dict` already made, for the three files at once)."""
+        return json.dumps(self.to_dict() if data is None else data, indent=1, allow_nan=False)
 
-    def to_csv(self) -> str:
+    def to_csv(self, data: dict[str, Any] | None = None) -> str:
         """One row per layer, worst first, without the per-sample cosines."""
         names = [f.name for f in fields(LayerSimilarity) if f.name != "cosine_per_sample"] + ["error_class"]
-        return _csv(names, self.to_dict()["layers"])
+        return _csv(names, (self.to_dict() if data is None else data)["layers"])
 
-    def causes_csv(self) -> str:
+    def causes_csv(self, data: dict[str, Any] | None = None) -> str:
         """One row per quantizer, worst first (``similarity_causes.csv``)."""
-        return _csv([f.name for f in fields(QuantizerEntry)], self.to_dict()["quantizers"])
+        return _csv([f.name for f in fields(QuantizerEntry)], (self.to_dict() if data is None else data)["quantizers"])
 
     def summary(self, top: int = 5) -> str:
         """A one-screen text summary: the causes, the suggested fix, the worst layers."""
