@@ -194,6 +194,16 @@ def test_with_the_mean_error_corrected_the_covariance_weighs_the_errors():
     node.quant.input_mean = None
     np.testing.assert_allclose(rounding.compensated_kernel(node, cfg), second, rtol=1e-6, atol=1e-6)
 
+    # a copy of the graph (the analysis's variants, a tuning trial) reads the rounding made;
+    # a kernel that changed (equalized) is rounded again
+    import copy
+
+    twin = copy.deepcopy(node)
+    assert twin.quant.input_moments is moments and twin.weights["kernel"] is not node.weights["kernel"]
+    assert rounding.compensated_kernel(twin, cfg) is rounding.compensated_kernel(node, cfg)
+    twin.weights["kernel"] = twin.weights["kernel"] * 1.5
+    assert not np.allclose(rounding.compensated_kernel(twin, cfg), second)
+
 
 def test_uncorrelated_inputs_round_to_nearest():
     rng = np.random.default_rng(7)
