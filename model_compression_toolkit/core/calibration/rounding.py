@@ -22,15 +22,16 @@ for the mean error ``(Wq - W) E[x]`` (the default), the errors are weighed by th
 covariance ``E[(x - m)(x - m)^T]`` instead: spending columns on a mean error the bias takes
 anyway leaves more of the rest (the held-out orientation classifier with only its first
 convolution compensated and 16-bit activations: output SQNR 41.5 dB weighed by the second
-moments, 46.7 dB by the covariance, 45.1 dB rounding to nearest). The sums are kept about the first batch's mean, so that an input far from zero
-with little spread keeps its covariance in float32.
+moments, 46.7 dB by the covariance, 45.1 dB rounding to nearest). The sums are kept about
+the first batch's mean, so that an input far from zero with little spread keeps its
+covariance in float32.
 
 On the bench's pretrained CNNs the 8-bit output SQNR on held-out data gains 1.2 to 2.0 dB, on
 the digits CNN 6.3 dB (bench/results/peers.md); on the held-out models 9.5 dB (orientation,
 96 test pages: 97.9 % -> 99.0 % of the float model's decisions) and 5 points of the layout
 model's detections (bench/results/heldout.md). It is opt-in for its cost: on the zoo's
 626-layer text recognizer calibrated on 16 lines, PTQ with the default analysis goes from
-10.1 to 12.2 float passes (issue 30 holds it under 10), for no gain there: its activations
+9.2 to 12.2 float passes (issue 30 holds it under 10), for no gain there: its activations
 make its error (held-out output SQNR 14.9 against 15.6 dB at 16 lines, 14.5 against 14.2 at
 64; bench/results/analysis_speed.md).
 
