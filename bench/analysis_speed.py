@@ -48,7 +48,7 @@ BATCH = 8  # the zoo case's batch size
 # phase -> where the function is looked up when called (module or class, attribute)
 PHASES = [
     ("read the model (trace, propagate, self-check)", "model_compression_toolkit.pytorch.reader", "read"),
-    ("  propagate shapes", "model_compression_toolkit.pytorch.reader", "_propagate"),
+    ("  propagate shapes", "model_compression_toolkit.pytorch.reader", "propagate"),
     ("  self-check", "model_compression_toolkit.pytorch.reader", "check_read"),
     ("statistics pass (+ float reference)", "model_compression_toolkit.pipeline.session:Session", "_collect"),
     ("threshold selection", "model_compression_toolkit.pipeline.session:Session", "select_thresholds"),
