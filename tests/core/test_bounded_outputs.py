@@ -141,6 +141,45 @@ def test_a_map_whose_weak_probabilities_are_wiped_out_is_a_cause(fw):
 
 
 # ---------------------------------------------------------------- the measure itself
+def _classifier(fw):
+    """Logits in, a softmax over 4 classes out (an identity dense layer before it)."""
+    if fw.name == "pytorch":
+        import torch
+        from torch import nn
+
+        model = nn.Sequential(nn.Linear(4, 4), nn.Softmax(dim=-1)).eval()
+        with torch.no_grad():
+            model[0].weight.copy_(torch.eye(4))
+            model[0].bias.zero_()
+        return model
+    import keras
+
+    x = keras.Input((4,), name="logits")
+    dense = keras.layers.Dense(4, name="fc")
+    model = keras.Model(x, keras.layers.Activation("softmax", name="probabilities")(dense(x)))
+    dense.set_weights([np.eye(4, dtype=np.float32), np.zeros(4, np.float32)])
+    return model
+
+
+def test_a_softmax_whose_top_class_never_changes_is_read_by_rank(fw):
+    """Every row's top class stands 5 over the others: 4-bit grids move the probabilities
+    (the softmax's own SQNR over every value is low) but never the top class. The report's
+    bounding figure is the rank reading's ceiling, and it says so, where the layer table
+    counts every value."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1.0, 1.0, (32, 4))
+    x[np.arange(32), rng.integers(0, 4, 32)] = 5.0
+    x = x.astype(np.float32)
+    q_model, info = fw.ptq(_classifier(fw), lambda: iter([[x[:16]], [x[16:]]]), core_config=CONFIG)
+    y_float, y_q = fw.predict(_classifier(fw))(x), fw.predict(q_model)(x)
+    assert (y_float.argmax(-1) == y_q.argmax(-1)).all()
+    report = info.similarity
+    assert report.quantized_output_read_as == "rank" and report.impacts_skipped > 0, report.summary()
+    assert "a softmax read by rank: no top class changed" in report.summary()
+    softmax = [layer for layer in report.layers if layer.is_output]
+    assert softmax and softmax[0].sqnr_db < report.quantized_output_db
+
+
 def test_decision_sqnr_reads_only_the_values_a_decision_can_read():
     rng = np.random.default_rng(0)
     background = rng.uniform(0.0, 0.02, (4, 4000))

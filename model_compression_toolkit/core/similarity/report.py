@@ -189,6 +189,8 @@ class SimilarityReport:
             "rank": ", a softmax read by rank: only the rows whose top class changed count as noise",
             "decision": ", probabilities on the values a decision reads",
         }.get(self.quantized_output_read_as or "", "")
+        if self.quantized_output_read_as == "rank" and self.quantized_output_db >= SQNR_CEILING_DB:
+            read = ", a softmax read by rank: no top class changed"
         return (
             f"every quantizer together keeps the outputs at {self.quantized_output_db:.1f} dB (worst part, "
             f"on {self.impact_samples} samples{read}), over the {CAUSE_DB:g} dB bar of a cause: one quantizer "
