@@ -117,8 +117,12 @@ def local_graph(q_graph: Graph, points: list[ComparePoint]) -> LocalGraph:
         group = local_group(q_graph, node)
         members = {n.name for n in group}
         inputs = [e for n in group for e in q_graph.in_edges(n.name) if e.src not in members]
+        # the float model's values are read at each node's first output: a group fed by
+        # another output of its producer (Keras' split, a layer returning its state) gets no
+        # local error rather than one measured on the wrong input
         if any(n.kind in _NO_LOCAL for n in group) or any(
-            q_graph.node(e.src).kind == OpKind.SHAPE for e in inputs
+            q_graph.node(e.src).kind == OpKind.SHAPE or e.src_index > 0
+            for e in inputs
         ):
             continue
         for e in inputs:
