@@ -26,7 +26,7 @@ moments, 46.7 dB by the covariance, 45.1 dB rounding to nearest). The sums are k
 the first batch's mean, so that an input far from zero with little spread keeps its
 covariance in float32.
 
-On the bench's pretrained CNNs the 8-bit output SQNR on held-out data gains 1.2 to 2.0 dB, on
+On the bench's pretrained CNNs the 8-bit output SQNR on held-out data gains 1.3 to 2.0 dB, on
 the digits CNN 6.3 dB (bench/results/peers.md); on the held-out models 9.5 dB (orientation,
 96 test pages: 97.9 % -> 99.0 % of the float model's decisions) and 5 points of the layout
 model's detections (bench/results/heldout.md). It is opt-in for its cost: on the zoo's
