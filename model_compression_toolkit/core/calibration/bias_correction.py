@@ -28,6 +28,7 @@ read (`quantizers.node_weight`), with whatever bit-width the node has at that mo
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -163,6 +164,50 @@ def tap_coverage(node: Node) -> np.ndarray | None:
     ``S``, dilation ``D`` and ``P`` zeros padded before, tap ``k`` reads the input at
     ``o S - P + k D`` for output ``o``: inside for a fraction of the ``O`` outputs.
     """
+    layout = conv_layout(node)
+    if layout is None:
+        return None
+    nd = node.weights["kernel"].ndim
+    coverage = np.ones([1] * nd)
+    for a, i, o, k, st, dl, pb in zip(
+        layout.spatial, layout.sizes_in, layout.sizes_out, layout.kernel, layout.stride, layout.dilation,
+        layout.before,
+    ):  # fmt: skip
+        at = np.arange(o)[None, :] * st - pb + np.arange(k)[:, None] * dl
+        frac = ((at >= 0) & (at < i)).mean(axis=1)
+        shape = [1] * nd
+        shape[a] = k
+        coverage = coverage * frac.reshape(shape)
+    return None if np.all(coverage == 1.0) else coverage
+
+
+@dataclass(frozen=True)
+class ConvLayout:
+    """A zero-padded convolution's geometry, per spatial dimension (in the order of the
+    input's dimensions after the batch, the channel axis left out).
+
+    Attributes:
+        spatial: the kernel's spatial axes.
+        channel: the input's channel axis.
+        sizes_in / sizes_out: the input's and output's sizes.
+        kernel: the kernel's sizes.
+        stride / dilation / before: as `conv_geometry` gives them (``before``: zeros padded
+            before the input).
+    """
+
+    spatial: tuple[int, ...]
+    channel: int
+    sizes_in: tuple[int, ...]
+    sizes_out: tuple[int, ...]
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    dilation: tuple[int, ...]
+    before: tuple[int, ...]
+
+
+def conv_layout(node: Node) -> ConvLayout | None:
+    """``node``'s `ConvLayout`, or None when it is not a convolution padded with zeros (not
+    transposed), or its shapes or geometry are not known."""
     if node.kind != OpKind.CONV or node.attrs.get("transposed") or "Transpose" in str(node.layer_type):
         return None
     if node.attrs.get("padding_mode", "zeros") != "zeros":  # reflect, replicate, circular: data values
@@ -171,7 +216,7 @@ def tap_coverage(node: Node) -> np.ndarray | None:
     nd = kernel.ndim
     out_axes = tuple(a % nd for a in node.kernel_axes["kernel"])
     in_axis = node.kernel_in_axis["kernel"] % nd
-    spatial = [a for a in range(nd) if a not in out_axes and a != in_axis]
+    spatial = tuple(a for a in range(nd) if a not in out_axes and a != in_axis)
     if not spatial or not node.input_shapes or not node.output_shapes or node.channel_axis is None:
         return None
     in_shape, out_shape = node.input_shapes[0], node.output_shapes[0]
@@ -179,22 +224,14 @@ def tap_coverage(node: Node) -> np.ndarray | None:
         return None
     channel = node.channel_axis % len(in_shape)
     dims = [d for d in range(1, len(in_shape)) if d != channel]
-    sizes_in, sizes_out = [in_shape[d] for d in dims], [out_shape[d] for d in dims]
+    sizes_in, sizes_out = tuple(in_shape[d] for d in dims), tuple(out_shape[d] for d in dims)
     if not all(isinstance(v, int) and v > 0 for v in sizes_in + sizes_out):
         return None
     ks = tuple(int(kernel.shape[a]) for a in spatial)
-    geometry = conv_geometry(node, ks, sizes_in, sizes_out)
+    geometry = conv_geometry(node, ks, list(sizes_in), list(sizes_out))
     if geometry is None:
         return None
-    strides, dilation, before = geometry
-    coverage = np.ones([1] * nd)
-    for a, i, o, k, st, dl, pb in zip(spatial, sizes_in, sizes_out, ks, strides, dilation, before):
-        at = np.arange(o)[None, :] * st - pb + np.arange(k)[:, None] * dl
-        frac = ((at >= 0) & (at < i)).mean(axis=1)
-        shape = [1] * nd
-        shape[a] = k
-        coverage = coverage * frac.reshape(shape)
-    return None if np.all(coverage == 1.0) else coverage
+    return ConvLayout(spatial, channel, sizes_in, sizes_out, ks, *geometry)
 
 
 def conv_geometry(

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import lapack
 
-from model_compression_toolkit.core.calibration.bias_correction import _only_data_input, conv_geometry
+from model_compression_toolkit.core.calibration.bias_correction import _only_data_input, conv_layout
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import QuantGrid, WeightsQuantConfig
 
@@ -409,45 +409,26 @@ def patches_of(node: Node) -> Patches | None:
         return Patches(features, features, -1, input_shape=(features,))
     if any(not isinstance(d, int) or d <= 0 for d in in_shape[1:]):
         return None
-    if node.kind != OpKind.CONV or node.attrs.get("transposed") or "Transpose" in str(node.layer_type):
-        return None
-    return _conv_patches(node, kernel, out_axes, in_axis, tuple(in_shape))
+    return _conv_patches(node, kernel, in_axis, tuple(in_shape))
 
 
-def _conv_patches(
-    node: Node, kernel: np.ndarray, out_axes: tuple, in_axis: int, in_shape: tuple
-) -> Patches | None:
-    groups = node.attrs.get("groups", 1)
-    if (
-        groups not in (1, None)
-        or node.attrs.get("padding_mode", "zeros") != "zeros"
-        or node.channel_axis is None
-    ):
+def _conv_patches(node: Node, kernel: np.ndarray, in_axis: int, in_shape: tuple) -> Patches | None:
+    if node.attrs.get("groups", 1) not in (1, None):
         return None
-    nd = kernel.ndim
-    spatial_axes = [a for a in range(nd) if a not in out_axes and a != in_axis]
-    out_shape = node.output_shapes[0]
-    if len(in_shape) != len(spatial_axes) + 2 or len(out_shape) != len(in_shape):
+    layout = conv_layout(node)
+    if layout is None or in_shape[layout.channel] != kernel.shape[in_axis]:
         return None
-    channel = node.channel_axis % len(in_shape)
-    dims = [d for d in range(1, len(in_shape)) if d != channel]
-    sizes_in = [in_shape[d] for d in dims]
-    sizes_out = [out_shape[d] for d in dims]
-    if not all(isinstance(v, int) and v > 0 for v in sizes_out) or in_shape[channel] != kernel.shape[in_axis]:
-        return None
-    ks = tuple(int(kernel.shape[a]) for a in spatial_axes)
-    geometry = conv_geometry(node, ks, sizes_in, sizes_out)
-    if geometry is None:
-        return None
-    stride, dilation, before = geometry
     after = tuple(
         (o - 1) * st + (k - 1) * dl + 1 - i - b
-        for i, o, k, st, dl, b in zip(sizes_in, sizes_out, ks, stride, dilation, before)
+        for i, o, k, st, dl, b in zip(
+            layout.sizes_in, layout.sizes_out, layout.kernel, layout.stride, layout.dilation, layout.before
+        )
     )
     channels = int(kernel.shape[in_axis])
     return Patches(
-        channels * math.prod(ks), channels, channel, ks, stride, dilation, before, after, in_shape[1:]
-    )
+        channels * math.prod(layout.kernel), channels, layout.channel, layout.kernel, layout.stride,
+        layout.dilation, layout.before, after, in_shape[1:],
+    )  # fmt: skip
 
 
 def kernel_matrix(node: Node, kernel: np.ndarray) -> np.ndarray:
