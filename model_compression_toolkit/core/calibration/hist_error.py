@@ -82,7 +82,9 @@ class HistogramEdges:
             q = np.clip(np.round(self.points / sc) + z, grid.qmin, grid.qmax)
             out = out + (np.abs((q - z) * sc - self.points) ** p) @ self.point_counts
         total = self.total if self.total > 0 else 1.0
-        return (out / total).reshape(shape)[()]
+        # the spread bins' closed form sums terms that cancel: values of 1e-27 leave a hair
+        # under 0, which no error is (a search for the least would find no candidate within it)
+        return (np.maximum(out, 0.0) / total).reshape(shape)[()]
 
     def least_errors(self, grid: QuantGrid, p: float, tolerance: float) -> np.ndarray:
         """As `error` for the candidates whose error may be the least or within
