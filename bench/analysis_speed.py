@@ -283,7 +283,7 @@ def main() -> None:
             profile = cProfile.Profile()
             profile.runcall(fns["analysis"])
             print(f"  cProfile of one analysis call, top {args.profile} by cumulative time:")
-            pstats.Stats(profile).sort_stats("cumulative").print_stats(args.profile)
+            pstats.Stats(profile).sort_stats(os.environ.get("PSORT", "cumulative")).print_stats(args.profile)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,12 @@ on the same held-out samples, in one process and with one torch:
   default (per-tensor affine uint8 activations, per-channel int8 weights) -> calibration ->
   ``convert_pt2e``; the Q/DQ graph runs in float, as a simulation of the integer model.
   (XNNPACKQuantizer moved to ExecuTorch and is not installed here.)
-- NNCF: ``nncf.quantize`` with its defaults on the same exported graph (its torch.fx backend).
+- NNCF: ``nncf.quantize`` with its defaults on the same exported graph (its torch.fx backend);
+  on the zoo's ONNX models (the YOLOv8n detector and the three PP-OCR models, which the
+  other tools take as onnx2torch converts them) on the ONNX file itself, run by onnxruntime
+  (NNCF's ONNX backend: ``torch.export`` cannot take onnx2torch's modules, whose reshapes
+  and slices read their shapes from tensors, and a user holding an ONNX file quantizes it so).
+  pt2e has no such path: those rows say why its export failed.
 
 ``--qc NAME=VALUE`` (repeatable) changes a ``QuantizationConfig`` field of our three runs
 (an enum by its member's name, ``true``/``false``, or a number): a candidate default is
@@ -37,7 +42,13 @@ pooling). The run prints where each sits.
 PTQ time is the wall time of the call that turns the float model into the quantized one
 (export and calibration included). Output SQNR is ``10 log10(sum f^2 / sum (q - f)^2)`` of
 the quantized outputs ``q`` against the float outputs ``f`` on the held-out samples; for a
-model with several outputs, the lowest of them.
+model with several outputs, the lowest of them. The YOLOv8n detector's one output is measured
+as its two parts, the box coordinates (pixels) and the class scores (0-1), and the lower
+counts: measured whole, the boxes' power hides the scores (issue 30's trap).
+
+The rows are the real zoo's seven models (tests/zoo/real/cases.py, their PyTorch form, the
+zoo case's calibration batches and its evaluation inputs as held-out samples), the digits
+CNN and a ResNet-18-shaped model with random weights.
 """
 
 from __future__ import annotations
@@ -87,6 +98,9 @@ class Case:
     calibration: list[np.ndarray]
     held_out: np.ndarray
     note: str
+    onnx: Callable[[], object] | None = None  # the ONNX file the model was converted from
+    # the outputs as measured: a detector's one output tensor split into its boxes and its scores
+    parts: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
 
 
 def _batches(x: np.ndarray, size: int) -> list[np.ndarray]:
@@ -132,10 +146,67 @@ def make_case(name: str) -> Case:
         images = (data.detector_images(48, size=160, seed=0) - mean) / std
         note = "ResNet-18 shape (random weights), photo crops 160x160"
         return Case(lambda: torch_resnet18(seed=0), _batches(images[:32], 8), images[32:], note)
+    if name in ONNX_CASES:
+        from tests.zoo.real.onnx_models import load_onnx, to_torch
+
+        shape, calibration, held_out, note = ONNX_CASES[name]
+        x = calibration()
+        parts = _boxes_and_scores if name == "nudenet" else None
+        return Case(
+            lambda: to_torch(name, shape),
+            _batches(x[0], x[1]),
+            held_out(),
+            note,
+            lambda: load_onnx(name),
+            parts,
+        )
     raise ValueError(f"expected a model of {', '.join(CASE_NAMES)}; got {name!r}")
 
 
-CASE_NAMES = ("crepe_tiny", "rnet", "onet", "digits_cnn", "resnet18")
+def _boxes_and_scores(outputs: list[np.ndarray]) -> list[np.ndarray]:
+    """YOLOv8's ``(B, 4 + classes, anchors)`` as its box coordinates (pixels) and its class
+    scores (0-1): measured whole, the boxes' power would hide the scores' noise (issue 30)."""
+    (out,) = outputs
+    return [out[:, :4], out[:, 4:]]
+
+
+def _zoo_data():
+    from tests.zoo.real import data
+
+    return data
+
+
+# the zoo's ONNX models (onnx2torch): input shape, (calibration images, batch size) as the zoo
+# case calibrates, the zoo case's evaluation inputs as held-out samples (a whole number of
+# batches: the exported graphs take one batch size)
+ONNX_CASES = {
+    "nudenet": (
+        (1, 3, 320, 320),
+        lambda: (_zoo_data().detector_images(8, seed=10)[3:], 4),
+        lambda: _zoo_data().detector_images(48, seed=0),
+        "YOLOv8n detector (nudenet, pretrained), photos",
+    ),
+    "ppocr_rec": (
+        (1, 3, 48, 320),
+        lambda: (_zoo_data().text_lines(16, seed=10)[0], 8),
+        lambda: _zoo_data().text_lines(32, seed=0)[0],
+        "PP-OCRv4 rec (pretrained), rendered lines",
+    ),
+    "ppocr_det": (
+        (1, 3, 320, 320),
+        lambda: (np.stack([p.image for p in _zoo_data().text_pages(4, seed=12)]), 2),
+        lambda: np.stack([p.image for p in _zoo_data().text_pages(8, seed=2)]),
+        "PP-OCRv4 det (pretrained), rendered pages",
+    ),
+    "ppocr_cls": (
+        (1, 3, 48, 192),
+        lambda: (_zoo_data().oriented_lines(16, seed=11)[0], 8),
+        lambda: _zoo_data().oriented_lines(32, seed=1)[0],
+        "PP-OCR text direction classifier (pretrained), rendered lines",
+    ),
+}
+
+CASE_NAMES = ("crepe_tiny", "rnet", "onet", "digits_cnn", "resnet18", *ONNX_CASES)
 
 
 # ------------------------------------------------------------------ the tools
@@ -216,6 +287,35 @@ def quantize_nncf(model, calibration: list[np.ndarray]):
     return nncf.quantize(_exported(model, calibration), dataset, subset_size=len(calibration))
 
 
+class OnnxRuntimeModel:
+    """An ONNX model run by onnxruntime, called as a torch module is (one input, every output)."""
+
+    def __init__(self, proto) -> None:
+        import onnxruntime
+
+        self.proto = proto
+        self.input = proto.graph.input[0].name
+        self.session = onnxruntime.InferenceSession(
+            proto.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+
+    def __call__(self, x):
+        import torch
+
+        return tuple(torch.from_numpy(o) for o in self.session.run(None, {self.input: x.numpy()}))
+
+
+def quantize_nncf_onnx(proto, calibration: list[np.ndarray]) -> OnnxRuntimeModel:
+    """NNCF's ONNX backend on the ONNX file itself: torch.export cannot take onnx2torch's
+    modules (their reshapes read shape tensors: a data-dependent guard), and a user holding
+    an ONNX file quantizes it so with NNCF."""
+    import nncf
+
+    name = proto.graph.input[0].name
+    dataset = nncf.Dataset(calibration, lambda b: {name: b})
+    return OnnxRuntimeModel(nncf.quantize(proto, dataset, subset_size=len(calibration)))
+
+
 def _default_graph(case: Case):
     """The graph our default PTQ quantized the model as (node names, quantizers, shared grids)."""
     from model_compression_toolkit.pipeline.session import produced_graph
@@ -282,6 +382,14 @@ def activation_grids(q_model) -> list[str]:
     dequantized from (pt2e's int8-in-int8-out ops: ``dq(s) -> avgpool -> q(s)``)."""
     from model_compression_toolkit.pipeline.session import produced_graph
 
+    if isinstance(q_model, OnnxRuntimeModel):  # NNCF's QDQ ONNX: its QuantizeLinear ops on activations
+        graph = q_model.proto.graph
+        constants = {t.name for t in graph.initializer} | {
+            o for n in graph.node if n.op_type == "Constant" for o in n.output
+        }
+        return [
+            n.input[0] for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in constants
+        ]
     graph = produced_graph(q_model)
     if graph is not None:
         return [
@@ -332,7 +440,8 @@ def measure(name: str, tools: tuple[str, ...]) -> dict[str, tuple[float, float, 
 
     case = make_case(name)
     batch = len(case.calibration[0])  # the exported graphs take this batch size only
-    reference = _outputs(case.build(), case.held_out, batch)
+    parts = case.parts or (lambda outputs: outputs)
+    reference = parts(_outputs(case.build(), case.held_out, batch))
     needs_graph = {"ours_outputs_float", "ours_peer_scope"} & set(tools)
     graph = _default_graph(case) if needs_graph else None  # the keep-float sets, before the timing
     keep = output_layers(graph) if "ours_outputs_float" in tools else ()
@@ -347,22 +456,29 @@ def measure(name: str, tools: tuple[str, ...]) -> dict[str, tuple[float, float, 
         "ours_peer_scope": lambda m: quantize_ours(m, case.calibration, keep=peer_keep),
         "pt2e": lambda m: quantize_pt2e(m, case.calibration),
         "nncf": lambda m: quantize_nncf(m, case.calibration),
+        "nncf_onnx": lambda m: quantize_nncf_onnx(m, case.calibration),
     }
     results: dict[str, tuple[float, float, int] | str] = {}
     for tool in tools:
         torch.manual_seed(0)
-        model = case.build()
+        # NNCF takes a converted ONNX model as the file it was converted from
+        run = "nncf_onnx" if tool == "nncf" and case.onnx is not None else tool
+        model = case.onnx() if run == "nncf_onnx" else case.build()
         try:
             start = time.perf_counter()
-            q_model = runs[tool](model)
+            q_model = runs[run](model)
             seconds = time.perf_counter() - start
             grids = activation_grids(q_model)
-            results[tool] = (seconds, sqnr_db(reference, _outputs(q_model, case.held_out, batch)), len(grids))
+            results[tool] = (
+                seconds,
+                sqnr_db(reference, parts(_outputs(q_model, case.held_out, batch))),
+                len(grids),
+            )
             print(f"{name:12s} {tool:15s} {len(grids)} activation grids: {', '.join(grids)}", flush=True)
         except Exception as err:  # a peer that cannot take the model is reported, not fatal
             traceback.print_exc()
             results[tool] = (
-                f"failed: {type(err).__name__}: {str(err).splitlines()[0][:80] if str(err) else ''}"
+                f"failed: {type(err).__name__}: {str(err).split(' (')[0].splitlines()[0][:70] if str(err) else ''}"
             )
         print(f"{name:12s} {tool:15s} {results[tool]}", flush=True)
     return results
@@ -442,7 +558,9 @@ leave float, with one exception, NNCF on ResNet-18, which also quantizes both in
 residual add; there its 30 grids sit where the "model outputs float" column's 30 do. The grid
 table counts each tool's grids (the run prints where each sits); pt2e's digits CNN count is
 one lower because its average pooling rounds again onto its input's grid, where ours chooses
-one of its own. PTQ times are wall times on a shared machine: compare them within a row only.
+one of its own. On the four ONNX models the NNCF column is NNCF's ONNX backend on the ONNX file
+(its QuantizeLinear ops on activations counted). PTQ times are wall times on a shared machine:
+compare them within a row only.
 """
 
 
