@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/analysis_speed.py                 # the zoo case's 16 lines, then 128
     .venv/bin/python bench/analysis_speed.py --lines 16 64 --repeats 3 --profile 25
+    PSORT=tottime .venv/bin/python bench/analysis_speed.py --lines 16 --repeats 0 --profile 40
+    .venv/bin/python bench/analysis_speed.py --lines 16 --qc weights_compensated_rounding=true
 
 In one process, for each calibration size, the functions take turns (so that a machine
 loaded by other work slows them alike) and the median of ``--repeats`` runs is kept:
@@ -44,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import model_compression_toolkit as mct  # noqa: E402
 
 BATCH = 8  # the zoo case's batch size
+QC: dict[str, object] = {}  # QuantizationConfig fields changed by --qc
 
 # phase -> where the function is looked up when called (module or class, attribute)
 PHASES = [
@@ -199,7 +202,12 @@ def calls(model, batches: list[np.ndarray]) -> dict:
                 model(torch.from_numpy(b))
 
     gen = lambda: iter([[b] for b in batches])  # noqa: E731
-    ptq = mct.ptq.pytorch_post_training_quantization
+    qc = mct.core.QuantizationConfig(**QC)
+
+    def ptq(model, gen):
+        return mct.ptq.pytorch_post_training_quantization(
+            model, gen, core_config=mct.core.CoreConfig(quantization_config=qc)
+        )
 
     def off():
         mct.set_log_folder(None)
@@ -252,7 +260,19 @@ def main() -> None:
     parser.add_argument("--lines", type=int, nargs="+", default=[16, 128], help="calibration sizes")
     parser.add_argument("--repeats", type=int, default=3, help="0: no timing (only --profile)")
     parser.add_argument("--profile", type=int, default=0, help="profile the analysis call; print N functions")
+    parser.add_argument(
+        "--qc",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a QuantizationConfig field (bench/peers.py's values)",
+    )
     args = parser.parse_args()
+    from bench.peers import config_value
+
+    for item in args.qc:
+        name, _, text = item.partition("=")
+        QC[name] = config_value(name, text)
     import torch
 
     torch.manual_seed(0)

@@ -22,6 +22,7 @@ from model_compression_toolkit.core.similarity.fix import SuggestedFix
 from model_compression_toolkit.core.similarity.report import SimilarityReport
 
 EQUALIZE = "equalize"  # the kind of a change that equalizes channels, in ``tried``
+COMPENSATED = "compensated"  # the kind of a change that rounds the kernels with compensation
 
 
 def run_name(n: int, score: float) -> str:
@@ -49,7 +50,8 @@ class TuningTrial:
         kept_weights: the layers whose weights tuning kept float.
         weight_bits: the layers whose weights tuning gave more bits, and how many.
         activation_bits: the layers whose outputs tuning gave more bits, and how many.
-        n_bits: bits tuning gave every activation or weight (``{"activation_n_bits": 16}``).
+        n_bits: the `QuantizationConfig` fields tuning set for every activation or weight
+            (``{"activation_n_bits": 16}``, ``{"weights_compensated_rounding": True}``).
         equalized: the channels tuning equalized (``"conv2 -> act2 -> conv3"``); empty: none.
     """
 
@@ -158,8 +160,8 @@ def next_changes(report: SimilarityReport, count: int, tried: set[tuple[str, str
         report: the last trial's similarity report (its quantizers ranked worst first).
         count: how many quantizers to keep float when the fix adds nothing.
         tried: (layer, kind) of the quantizers earlier trials changed (layer ``"*"``: all
-            of that kind given more bits; ``("*", "equalize")``: channels equalized); not
-            chosen again.
+            of that kind given more bits; ``("*", "equalize")``: channels equalized;
+            ``("*", "compensated")``: kernels rounded with compensation); not chosen again.
 
     On an integer-only target (the fix says so), nothing is kept float: when the fix has
     nothing left, the change is empty and tuning stops.
@@ -174,6 +176,7 @@ def next_changes(report: SimilarityReport, count: int, tried: set[tuple[str, str
         fix.weights_n_bits if ("*", WEIGHTS) not in tried else None,
         equalize=fix.equalize and ("*", EQUALIZE) not in tried,
         equalized_pairs=list(fix.equalized_pairs),
+        compensated_rounding=fix.compensated_rounding and ("*", COMPENSATED) not in tried,
     )
     if fresh or fix.integer_only:
         return fresh

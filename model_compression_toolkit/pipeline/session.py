@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ from model_compression_toolkit.core.calibration.hessian import set_importance, w
 from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
 from model_compression_toolkit.core.calibration.rounding import (
     InputMoments,
+    Patches,
     compensated_layers,
     set_input_moments,
 )
@@ -56,6 +57,7 @@ from model_compression_toolkit.pipeline.events import NullObserver, Observer, Pr
 
 LOG = logging.getLogger("model_compression_toolkit")
 EQUALIZED = "channels_equalized"  # Graph.meta key of a graph whose channels were equalized
+COMPENSATED = "compensated_rounding"  # Graph.meta key of a graph a fix rounds with compensation
 _PRODUCED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # quantized model -> its graph
 
 
@@ -252,6 +254,8 @@ class Session:
             edits = [*edits, *bit_width_rules(bits.bit_width_config())]
             given = {"activation_n_bits": bits.activation_n_bits, "weights_n_bits": bits.weights_n_bits}
             qc = dataclasses.replace(qc, **{k: v for k, v in given.items() if v is not None})
+            if bits.compensated_rounding:  # the kernels rounded with compensation (`select_thresholds`)
+                graph.meta[COMPENSATED] = True
         assign_quantization(graph, qc, rules, edits)
         graph.validate()
         return graph
@@ -269,8 +273,24 @@ class Session:
         if self.config.quantization_config.weights_bias_correction:  # what the corrected layers read
             wanted += [name for name in input_sources(graph) if name not in wanted]
         if self._stats is None or any(name not in self._stats for name in wanted):
-            self._stats, self._reference, self._moments = self._collect(graph, wanted, reference_samples)
+            compensate = compensated_layers(graph) if self.compensates(graph) else {}
+            self._stats, self._reference, moments = self._collect(graph, wanted, reference_samples, compensate)
+            self._moments = {**self._moments, **moments}
         return self._stats
+
+    def compensates(self, graph: Graph) -> bool:
+        """Whether ``graph``'s kernels are rounded with their errors compensated: the call's
+        ``weights_compensated_rounding``, or a fix that asks for it (`prepare`)."""
+        return bool(self.config.quantization_config.weights_compensated_rounding or graph.meta.get(COMPENSATED))
+
+    def input_moments(self, graph: Graph) -> dict[str, InputMoments]:
+        """The input moments of ``graph``'s compensated layers on the calibration data: those
+        the statistics pass collected, or one pass more that collects them (a fix that asks
+        for compensated rounding, on a call without it)."""
+        compensate = compensated_layers(graph)
+        if any(layer not in self._moments for layer in compensate):
+            self._moments = {**self._moments, **self._collect(graph, [], 0, compensate)[2]}
+        return {layer: self._moments[layer] for layer in compensate}
 
     def follow(self, graph: Graph) -> None:
         """A graph quantized from the equalized model (a later standalone comparison of a
@@ -294,17 +314,16 @@ class Session:
         return FloatReference(plan.float_names, samples, keep=keep)
 
     def _collect(
-        self, graph: Graph, names: list[str], reference_samples: int
+        self, graph: Graph, names: list[str], reference_samples: int, compensate: Mapping[str, tuple[str, Patches]]
     ) -> tuple[dict[str, NodeStatistics], FloatReference | None, dict[str, InputMoments]]:
         """One pass of the user's float model (``self.initial``) over the data.
 
         A node of ``graph`` reproduces the output of its ``output_reference`` in the
         original graph (a conv with a folded batch norm: the batch norm's), so its
         statistics are taken there, and the same pass gives the comparison its float side
-        and, with ``weights_compensated_rounding``, each compensated layer the second
-        moments of its input (`core.calibration.rounding`).
+        and each layer of ``compensate`` the second moments of its input
+        (`core.calibration.rounding`).
         """
-        compensate = compensated_layers(graph) if self.config.quantization_config.weights_compensated_rounding else {}
         refs = {n: graph.node(n).output_reference for n in names}
         inputs = {layer: graph.node(src).output_reference for layer, (src, _) in compensate.items()}
         source, recorder = self.initial, self._recorder(graph, reference_samples)
@@ -392,8 +411,8 @@ class Session:
         stats = self.statistics(graph)
         if wants_second_moments(graph):
             set_importance(graph, stats)
-        if qc.weights_compensated_rounding:
-            compensated = set_input_moments(graph, self._moments)
+        if self.compensates(graph):
+            compensated = set_input_moments(graph, self.input_moments(graph))
             LOG.debug("kernels rounded with their errors compensated on %d layers: %s", len(compensated), ", ".join(compensated))
         select_thresholds(graph, stats, qc.l_p_value, self.observer)
         share_grids(graph)
@@ -416,7 +435,7 @@ class Session:
             self.float_model, graph, debug.similarity_samples, debug.similarity_memory_cap,
             self.statistics(graph), weights, q_model, debug.impact_samples, debug.max_impact_quantizers,
             self.config.quantization_config.l_p_value, self.progress,
-            dataclasses.replace(FixMenu.of(self.config), metric=self.fix_metric),
+            dataclasses.replace(FixMenu.of(self.config), metric=self.fix_metric, moments=self.input_moments),
         )  # fmt: skip
 
     def quantize(

@@ -23,6 +23,7 @@ from model_compression_toolkit.core.info import model_memory
 from model_compression_toolkit.core.memory import graph_memory, total
 from model_compression_toolkit.core.similarity.fix import SuggestedFix
 from model_compression_toolkit.core.tuning import (
+    COMPENSATED,
     EQUALIZE,
     TuningResult,
     TuningTrial,
@@ -54,9 +55,10 @@ def check_score(value: Any, what: str) -> float:
 
 
 def _n_bits(fix: SuggestedFix) -> dict[str, int]:
-    """The bits a fix gives every activation or weight, by `QuantizationConfig` field."""
+    """The `QuantizationConfig` fields a fix sets for every activation or weight: bits, compensated rounding."""
     bits = {"activation_n_bits": fix.activation_n_bits, "weights_n_bits": fix.weights_n_bits}
-    return {k: v for k, v in bits.items() if v is not None}
+    found = {k: v for k, v in bits.items() if v is not None}
+    return {**found, "weights_compensated_rounding": True} if fix.compensated_rounding else found
 
 
 class Tuner:
@@ -130,6 +132,7 @@ class Tuner:
             tried |= {(n, "weights") for n in [*self.weights, *bits.weight_bits]}
             tried |= {("*", kind) for kind, n in (("activation", bits.activation_n_bits), ("weights", bits.weights_n_bits)) if n}
             tried |= {("*", EQUALIZE)} if bits.equalize else set()
+            tried |= {("*", COMPENSATED)} if bits.compensated_rounding else set()
             change = next_changes(trial.similarity.report, self.config.layers_per_trial, tried)
             if not change:
                 LOG.info("tuning: no quantizer left to change after trial %d", rec.n)
@@ -142,6 +145,7 @@ class Tuner:
             bits.weights_n_bits = change.weights_n_bits or bits.weights_n_bits
             if change.equalize:
                 bits.equalize, bits.equalized_pairs = True, list(change.equalized_pairs)
+            bits.compensated_rounding = bits.compensated_rounding or change.compensated_rounding
             trial = self.quantize([*self.rules, *keep_float_rules(self.activations, self.weights)], bits)
             added = [f"{n} (activation)" for n in change.activations] + [f"{n} (weights)" for n in change.weights]
             added += [f"{n} (weights, {b} bits)" for n, b in change.weight_bits.items()]

@@ -60,6 +60,7 @@ from typing import cast
 import numpy as np
 
 from model_compression_toolkit.core.calibration.quantizers import symmetric_grid, uniform_grid
+from model_compression_toolkit.core.calibration.rounding import compensated_layers, set_input_moments
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics
 from model_compression_toolkit.core.calibration.thresholds import fill_weights_config
 from model_compression_toolkit.core.calibration.wider import fill
@@ -95,7 +96,7 @@ from model_compression_toolkit.core.similarity.suggested import (
     SuggestedFix,
     no_restore_note,
 )
-from model_compression_toolkit.core.similarity.trials import MeasuredOnce, SearchStats
+from model_compression_toolkit.core.similarity.trials import MeasuredOnce, SearchStats, changes
 
 __all__ = [
     "DECISION_RESTORE_DB", "MORE_ACTIVATION_BITS", "MORE_BITS", "RESTORE_DB", "FixAlternative", "FixMenu", "FixMetric", "SuggestedFix",
@@ -129,6 +130,20 @@ class _Search:
         self.metric_before = (
             menu.metric.score(probe.backend.build(graph, quantized=True)) if menu.metric is not None else None
         )
+        self._compensable: bool | None = None
+
+    def compensable(self) -> bool:
+        """Whether a candidate may round the kernels with their errors compensated: the call
+        collects the input moments it needs (`FixMenu.moments`, once, on first asking) and
+        the graph rounds some kernel to nearest that compensation applies to."""
+        if self._compensable is None:
+            graph, menu = self.graph, self.menu
+            rounded = any(n.quant.input_moments is not None for n in graph.nodes())
+            self._compensable = False
+            if menu.moments is not None and not rounded and compensated_layers(graph):
+                self.stats.moments = menu.moments(graph)
+                self._compensable = bool(self.stats.moments)
+        return self._compensable
 
     def margin(self, fix: SuggestedFix) -> float:
         """How far (dB) the output's worst part with ``fix`` is over the SQNR that restores
@@ -184,17 +199,29 @@ def suggest_fix(
         if variant is not None:
             eq = SuggestedFix(equalize=True, equalized_pairs=[pair_text(p) for p in variant[1]])
             tried.append(search.judged(eq, variant[0]))
+    # compensated rounding keeps every grid (no byte, no float layer): tried where the kernels'
+    # rounding can matter, first where a cause is a weight, with what else is tried later
+    weights_cause = any(e.kind != ACTIVATION for e in causes)
+    if weights_cause and not any(f.restores for f in tried) and search.compensable():
+        tried.append(search.judged(SuggestedFix(compensated_rounding=True)))
     own = _causes_fix(search, entries, causes) if causes else None
     if own:
         tried.append(search.judged(own))
+        if not any(f.restores for f in tried) and search.compensable():
+            tried.append(search.judged(_compensated(own)))
     spread, combined = _wider(search, entries, own)
     if not any(f.restores for f in tried):
+        if not weights_cause and search.compensable():
+            spread.insert(0, [_compensated(SuggestedFix(spread=_spread_text(search, entries, own)))])
         for group in spread:  # per kind, the fewest bits that restore
             for candidate in group:
                 tried.append(search.judged(candidate))
                 if candidate.restores:
                     break
         if not any(f.restores for f in tried):  # all measured: the cheapest that restores wins
+            if search.compensable():  # more activation bits with compensated kernels, not more weight bits
+                more = [_compensated(dataclasses.replace(f, weights_n_bits=None)) for f in combined if f.activation_n_bits]
+                combined += list({changes(f): f for f in more}.values())
             tried += [search.judged(candidate) for candidate in combined]
     useful = tried  # a spread setting that gains nothing is no fix (listed, never suggested)
     if not causes:
@@ -211,6 +238,11 @@ def suggest_fix(
     if causes and not best.restores:
         best.note = _no_restore_note(search, best, tried)
     return best
+
+
+def _compensated(fix: SuggestedFix) -> SuggestedFix:
+    """``fix`` with its kernels rounded with their errors compensated (a candidate of its own)."""
+    return dataclasses.replace(fix, compensated_rounding=True, alternatives=[], candidates=[])
 
 
 def _no_restore_note(search: _Search, best: SuggestedFix, tried: Sequence[SuggestedFix]) -> str:
@@ -408,6 +440,9 @@ def _fixed_graph(
     out = without(graph, fix.activations, fix.weights)
     _set_weight_bits(out, {**weight_bits, **fix.weight_bits}, l_p_value)
     _set_activation_bits(out, {**act_bits, **fix.activation_bits}, stats or {}, l_p_value)
+    moments = getattr(stats, "moments", None)
+    if fix.compensated_rounding and moments:  # the kernels rounded with compensation when built
+        set_input_moments(out, moments)
     return out
 
 

@@ -20,10 +20,11 @@ samples.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from model_compression_toolkit.core.calibration.rounding import InputMoments
 from model_compression_toolkit.core.calibration.shared_grids import share_grids
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics, StatisticsCollector
 from model_compression_toolkit.core.calibration.thresholds import fill_activation_config, fill_weights_config
@@ -94,6 +95,9 @@ class FixMenu:
             suggestion and lists equalization among the alternatives.
         metric: the user's metric, to judge each candidate by besides the output SQNR;
             None: the output SQNR alone (`suggested.RESTORE_DB`).
+        moments: graph -> its compensated layers' input moments on the calibration data
+            (`core.calibration.rounding`), collected when a candidate first rounds with
+            compensation; None: no candidate does (a comparison run on its own).
     """
 
     integer_only: bool = False
@@ -102,6 +106,7 @@ class FixMenu:
     target: str | None = None
     prefer_equalization: bool = True
     metric: FixMetric | None = field(default=None, compare=False)
+    moments: Callable[[Graph], Mapping[str, InputMoments]] | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, config: CoreConfig) -> FixMenu:
@@ -268,7 +273,10 @@ def alternative(fix: SuggestedFix, chosen: bool) -> FixAlternative:
             for k, v in (("activation", fix.activation_n_bits), ("weight", fix.weights_n_bits))
             if v
         ]
+        parts += ["kernels rounded with their errors compensated"] if fix.compensated_rounding else []
         name = "keep float" if fix.activations or fix.weights else "more bits"
+        if name == "more bits" and fix.compensated_rounding and len(parts) == 1:
+            name = "compensated rounding"
         change = ", ".join(parts)
     return FixAlternative(
         name, change, fix.output_sqnr_db_after,

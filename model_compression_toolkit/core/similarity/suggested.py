@@ -101,6 +101,9 @@ class SuggestedFix(Sequence):
         metric_before / metric_after: the user's metric (`FixMetric`) quantized as it was
             and with the fix; None: no metric given.
         metric_restores: whether the metric with the fix is within the allowed drop.
+        compensated_rounding: the fix rounds the kernels with their errors compensated
+            (``QuantizationConfig(weights_compensated_rounding=True)``: the same 8-bit grids,
+            other roundings; integer, no memory).
         equalize: the fix equalizes channels
             (``QuantizationConfig(activation_channel_equalization=True)``).
         equalized_pairs: the layers it equalizes, ``"conv2 -> act2 -> pool -> conv3"``.
@@ -129,6 +132,7 @@ class SuggestedFix(Sequence):
     metric_before: float | None = None
     metric_after: float | None = None
     metric_restores: bool | None = None
+    compensated_rounding: bool = False
     equalize: bool = False
     equalized_pairs: list[str] = field(default_factory=list)
     alternatives: list[FixAlternative] = field(default_factory=list)
@@ -156,7 +160,7 @@ class SuggestedFix(Sequence):
     def __bool__(self) -> bool:
         return bool(
             self.activations or self.weights or self.weight_bits or self.activation_bits
-            or self.activation_n_bits or self.weights_n_bits or self.equalize
+            or self.activation_n_bits or self.weights_n_bits or self.equalize or self.compensated_rounding
         )  # fmt: skip
 
     def bit_width_config(self, base: BitWidthConfig | None = None) -> BitWidthConfig:
@@ -172,7 +176,8 @@ class SuggestedFix(Sequence):
     def apply(self, core_config: CoreConfig | None = None) -> CoreConfig:
         """A copy of ``core_config`` (or of the defaults) with the fix added: its `KeepFloat`
         rules after the config's own, its bit-widths after the config's own, the bits
-        of every activation or weight where the loss is spread, and its equalization."""
+        of every activation or weight where the loss is spread, its equalization and its
+        compensated rounding."""
         config = core_config if core_config is not None else CoreConfig()
         own = [] if config.keep_float is self else config.keep_float_rules
         changed = self.weight_bits or self.activation_bits
@@ -184,6 +189,8 @@ class SuggestedFix(Sequence):
             qc = dataclasses.replace(qc, weights_n_bits=self.weights_n_bits)
         if self.equalize:
             qc = dataclasses.replace(qc, activation_channel_equalization=True)
+        if self.compensated_rounding:
+            qc = dataclasses.replace(qc, weights_compensated_rounding=True)
         return dataclasses.replace(
             config, keep_float=[*own, *self.rules], bit_width_config=bits, quantization_config=qc
         )
@@ -217,6 +224,8 @@ class SuggestedFix(Sequence):
         given = [f"{k}={v}" for k, v in n_bits.items() if v is not None]
         if self.equalize:
             given.append("activation_channel_equalization=True")
+        if self.compensated_rounding:
+            given.append("weights_compensated_rounding=True")
         if given:
             args.append(f"quantization_config=mct.core.QuantizationConfig({', '.join(given)})")
         if self.integer_only:
@@ -273,6 +282,8 @@ class SuggestedFix(Sequence):
             lines.append(
                 "equalizes the channels of " + "; ".join(self.equalized_pairs) + " (exact in float, integer)"
             )
+        if self.compensated_rounding:
+            lines.append("rounds the kernels with their errors compensated (the same grids: integer, no memory)")
         note = self.said_note
         if note:
             lines.append(note)
@@ -328,6 +339,7 @@ class SuggestedFix(Sequence):
             "metric_after": self.metric_after,
             "restores": self.restores,
             "equalize": self.equalize,
+            "compensated_rounding": self.compensated_rounding,
             "equalized_pairs": list(self.equalized_pairs),
             "alternatives": [a.to_dict() for a in self.alternatives],
             "integer_only": self.integer_only,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from model_compression_toolkit.core.calibration.rounding import InputMoments
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics
 from model_compression_toolkit.core.calibration.wider import ActivationGrids
 from model_compression_toolkit.core.graph import Graph
@@ -25,7 +26,7 @@ from model_compression_toolkit.core.similarity.suggested import SuggestedFix
 
 
 def changes(fix: SuggestedFix) -> tuple:
-    """What of ``fix`` makes its graph (`fix.fixed_graph`): the bits and the float layers."""
+    """What of ``fix`` makes its graph (`fix.fixed_graph`): the bits, the float layers, the rounding."""
     return (
         tuple(fix.activations),
         tuple(fix.weights),
@@ -33,12 +34,13 @@ def changes(fix: SuggestedFix) -> tuple:
         tuple(sorted(fix.activation_bits.items())),
         fix.activation_n_bits,
         fix.weights_n_bits,
+        fix.compensated_rounding,
     )
 
 
 class SearchStats(ActivationGrids):
-    """The statistics of one fix search: its grids of more bits (`ActivationGrids`) and
-    the graph of each candidate it made.
+    """The statistics of one fix search: its grids of more bits (`ActivationGrids`), the
+    graph of each candidate it made, and the input moments of compensated rounding.
 
     Args:
         stats: the collected statistics by node.
@@ -47,6 +49,8 @@ class SearchStats(ActivationGrids):
     def __init__(self, stats: Mapping[str, NodeStatistics]) -> None:
         super().__init__(stats)
         self._graphs: dict[tuple, tuple[Graph, Graph]] = {}
+        # the compensated layers' input moments, once a candidate rounds with compensation
+        self.moments: Mapping[str, InputMoments] | None = None
 
     def graph_of(self, graph: Graph, fix: SuggestedFix, l_p_value: float, make: Callable[[], Graph]) -> Graph:
         """``make()`` (``graph`` as ``fix`` quantizes it) the first time these changes are
