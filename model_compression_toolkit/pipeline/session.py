@@ -289,7 +289,7 @@ class Session:
         for compensated rounding, on a call without it)."""
         compensate = compensated_layers(graph)
         if any(layer not in self._moments for layer in compensate):
-            self._moments = {**self._moments, **self._collect(graph, [], 0, compensate)[2]}
+            self._moments = {**self._moments, **self._collect(graph, [], 0, compensate, step="input moments")[2]}
         return {layer: self._moments[layer] for layer in compensate}
 
     def follow(self, graph: Graph) -> None:
@@ -314,7 +314,12 @@ class Session:
         return FloatReference(plan.float_names, samples, keep=keep)
 
     def _collect(
-        self, graph: Graph, names: list[str], reference_samples: int, compensate: Mapping[str, tuple[str, Patches]]
+        self,
+        graph: Graph,
+        names: list[str],
+        reference_samples: int,
+        compensate: Mapping[str, tuple[str, Patches]],
+        step: str = "statistics",
     ) -> tuple[dict[str, NodeStatistics], FloatReference | None, dict[str, InputMoments]]:
         """One pass of the user's float model (``self.initial``) over the data.
 
@@ -383,7 +388,7 @@ class Session:
                     }
             del values
             read = index + 1
-            self.progress("statistics", read, shown, "batches")
+            self.progress(step, read, shown, "batches")
         if limit is not None and read == limit:
             LOG.info(
                 "statistics collected on the first %d batches of representative_data_gen "

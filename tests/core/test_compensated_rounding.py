@@ -23,6 +23,7 @@ from model_compression_toolkit.core.calibration import rounding
 from model_compression_toolkit.core.graph import Node, OpKind
 from model_compression_toolkit.core.quant_config import QuantGrid
 from model_compression_toolkit.errors import ConfigurationError
+from tests.fixtures.smooth import layout, signals, smooth, smooth_model
 
 FAST = settings(max_examples=30, deadline=None)
 
@@ -120,14 +121,6 @@ def test_rows_of_a_dense_layer_on_a_sequence_are_its_tokens():
 
 
 # ---------------------------------------------------------------- the rounding itself
-def _smooth(n: int, count: int, seed: int) -> np.ndarray:
-    """``count`` smooth signals of ``n`` samples: neighbouring samples strongly correlated."""
-    rng = np.random.default_rng(seed)
-    noise = rng.normal(size=(count, n + 16))
-    kernel = np.hanning(17)
-    return np.stack([np.convolve(row, kernel, mode="valid")[:n] for row in noise])
-
-
 def _moments(x: np.ndarray) -> rounding.InputMoments:
     n = x.shape[1]
     m = rounding.InputMoments(rounding.Patches(n, n, -1, input_shape=(n,)))
@@ -148,7 +141,7 @@ def test_weights_stay_on_their_grid_and_the_output_error_on_unseen_inputs_falls(
     rng = np.random.default_rng(4)
     w = rng.normal(size=(16, 64))
     scale, grid = _grid(w, bits=4)
-    calibration, held_out = _smooth(64, 512, seed=5), _smooth(64, 512, seed=6)
+    calibration, held_out = smooth(64, 512, seed=5), smooth(64, 512, seed=6)
     q = _moments(calibration).round(w, scale, grid.zero_point, grid)
     levels = q / scale[:, None]
     np.testing.assert_allclose(levels, np.round(levels), atol=1e-9)  # on the grid
@@ -170,7 +163,7 @@ def test_with_the_mean_error_corrected_the_covariance_weighs_the_errors():
     rng = np.random.default_rng(10)
     w = rng.normal(size=(16, 64))
     scale, grid = _grid(w, bits=4)
-    calibration, held_out = 3.0 + 0.2 * _smooth(64, 512, seed=11), 3.0 + 0.2 * _smooth(64, 512, seed=12)
+    calibration, held_out = 3.0 + 0.2 * smooth(64, 512, seed=11), 3.0 + 0.2 * smooth(64, 512, seed=12)
     moments = _moments(calibration)
     mean = calibration.mean(axis=0)
 
@@ -243,54 +236,10 @@ def test_columns_split_into_blocks_of_whole_input_channels():
 
 
 # ---------------------------------------------------------------- end to end, both frameworks
-LENGTH, TAPS, FILTERS = 96, 17, 8
-
-
-def _weights(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    conv = rng.normal(0, 0.3, (FILTERS, 1, TAPS)).astype(np.float32)  # PyTorch (out, in, taps)
-    dense = rng.normal(0, 0.1, (4, FILTERS * (LENGTH - TAPS + 1))).astype(np.float32)
-    return conv, dense
-
-
-def _signals(count: int, seed: int) -> np.ndarray:
-    return _smooth(LENGTH, count, seed).astype(np.float32)[:, None, :]  # (N, 1, LENGTH)
-
-
-def _model(fw):
-    conv, dense = _weights()
-    if fw.name == "pytorch":
-        import torch
-        from torch import nn
-
-        model = nn.Sequential(nn.Conv1d(1, FILTERS, TAPS), nn.Flatten(), nn.Linear(dense.shape[1], 4)).eval()
-        with torch.no_grad():
-            model[0].weight.copy_(torch.from_numpy(conv))
-            model[0].bias.zero_()
-            model[2].weight.copy_(torch.from_numpy(dense))
-            model[2].bias.zero_()
-        return model
-    import keras
-
-    x = keras.Input((LENGTH, 1))
-    c = keras.layers.Conv1D(FILTERS, TAPS, name="conv")
-    # Keras flattens (length, filters); PyTorch (filters, length): the same dense reads both
-    y = keras.layers.Flatten()(keras.layers.Permute((2, 1))(c(x)))
-    d = keras.layers.Dense(4, name="dense")
-    model = keras.Model(x, d(y))
-    c.set_weights([np.transpose(conv, (2, 1, 0)), np.zeros(FILTERS, np.float32)])
-    d.set_weights([dense.T.copy(), np.zeros(4, np.float32)])
-    return model
-
-
-def _layout(fw, x: np.ndarray) -> np.ndarray:
-    return x if fw.name == "pytorch" else np.ascontiguousarray(np.moveaxis(x, 1, -1))
-
-
 def _sqnr(fw, compensated: bool) -> float:
     """The quantized model's output SQNR (dB) on held-out signals."""
-    model = _model(fw)
-    calibration, held_out = _layout(fw, _signals(64, seed=1)), _layout(fw, _signals(64, seed=2))
+    model = smooth_model(fw.name)
+    calibration, held_out = layout(fw.name, signals(64, seed=1)), layout(fw.name, signals(64, seed=2))
     qc = mct.core.QuantizationConfig(weights_n_bits=4, weights_compensated_rounding=compensated)
     config = mct.core.CoreConfig(
         quantization_config=qc, debug_config=mct.core.DebugConfig(analyze_similarity=False)
@@ -342,8 +291,8 @@ def test_the_work_budget_takes_the_cheapest_layers_first(fw):
     qc = mct.core.QuantizationConfig(weights_compensated_rounding=True)
     from model_compression_toolkit.pipeline.session import produced_graph
 
-    model = _model(fw)
-    calibration = _layout(fw, _signals(64, seed=1))
+    model = smooth_model(fw.name)
+    calibration = layout(fw.name, signals(64, seed=1))
     config = mct.core.CoreConfig(
         quantization_config=qc, debug_config=mct.core.DebugConfig(analyze_similarity=False)
     )
@@ -363,8 +312,8 @@ def test_it_is_off_unless_asked_for(fw):
     """Nearest rounding by default: no layer gets input moments."""
     from model_compression_toolkit.pipeline.session import produced_graph
 
-    model = _model(fw)
-    calibration = _layout(fw, _signals(32, seed=1))
+    model = smooth_model(fw.name)
+    calibration = layout(fw.name, signals(32, seed=1))
     config = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
     q_model, _ = fw.ptq(model, lambda: iter([[calibration]]), core_config=config)
     graph = produced_graph(q_model)
