@@ -58,7 +58,7 @@ def _error(step: str, e: BaseException) -> str:
 
 
 def _describe(fix) -> str:
-    """What the suggested fix changes: layers kept float, more bits."""
+    """What the suggested fix changes: layers kept float, more bits, equalization, rounding."""
     parts = []
     if fix.activations or fix.weights:
         parts.append(f"{len(fix.activations)} act + {len(fix.weights)} w float")
@@ -69,6 +69,10 @@ def _describe(fix) -> str:
     layer_bits = {**getattr(fix, "activation_bits", {}), **getattr(fix, "weight_bits", {})}
     if layer_bits:
         parts.append(f"{len(layer_bits)} layers more bits")
+    if getattr(fix, "equalize", False):
+        parts.append("channels equalized")
+    if getattr(fix, "compensated_rounding", False):
+        parts.append("kernels rounded with compensation")
     return ", ".join(parts) or "fix"
 
 

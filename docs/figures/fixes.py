@@ -29,7 +29,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-FIGURES = ("equalization", "equalization_joins", "grid", "activation_bits", "weight_bits", "keep_float")
+FIGURES = (
+    "equalization",
+    "equalization_joins",
+    "grid",
+    "compensated_rounding",
+    "activation_bits",
+    "weight_bits",
+    "keep_float",
+)
 BEFORE, AFTER = "#c0392b", "#2471a3"
 DPI = 80
 
@@ -182,6 +190,60 @@ def grid(out: Path) -> None:
     _save(fig, out, "grid")
 
 
+def compensated_rounding(out: Path) -> None:
+    """Every weight at 4 bits (the user's QuantizationConfig), rounded to nearest, then with
+    their errors compensated (the report's suggestion): the second conv's output error on
+    the test images, each kernel on the same grid, and the accuracies."""
+    import torch
+
+    from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
+    from model_compression_toolkit.pipeline.session import produced_graph
+    from tests.fixtures.trained import load_trained
+
+    mct = _mct()
+    _, x_test, y_test, gen = _data()
+    model = load_trained("pytorch")
+    conv, kernels, acc = "3", [], []
+    for compensated in (False, True):
+        qc = mct.core.QuantizationConfig(weights_n_bits=4, weights_compensated_rounding=compensated)
+        q, _ = _ptq(model, gen, mct.core.CoreConfig(quantization_config=qc))
+        graph = produced_graph(q)
+        kernels.append(np.asarray(QuantizedWeights(graph)[conv]["kernel"], np.float32))
+        acc.append(_accuracy(q, x_test, y_test))
+    node, layer = graph.node(conv), model[int(conv)]
+    w = np.asarray(node.weights["kernel"], np.float32)  # its batch norm folded in, as quantized
+    (x,) = _outputs(model, x_test, [graph.in_edges(conv)[0].src])
+
+    def apply(kernel: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            y = torch.nn.functional.conv2d(
+                torch.from_numpy(np.asarray(x, np.float32)), torch.from_numpy(kernel),
+                stride=layer.stride, padding=layer.padding,
+            )  # fmt: skip
+        return y.numpy().ravel()
+
+    reference = apply(w)
+    errors = [apply(k - w) for k in kernels]
+    top = float(np.abs(np.concatenate(errors)).max())
+    fig, ax = plt.subplots(figsize=(9, 2.8))
+    labels = ("rounded to nearest", "errors compensated")
+    for e, a, color, label in zip(errors, acc, (BEFORE, AFTER), labels):
+        ax.hist(
+            e, bins=np.linspace(-top, top, 121), histtype="step", color=color, lw=1.5,
+            label=f"{label}: conv output SQNR {_sqnr(reference, reference + e):.1f} dB, accuracy {a:.1f} %",
+        )  # fmt: skip
+    ax.set_yscale("log")
+    ax.set_ylim(top=ax.get_ylim()[1] * 100)  # room for the legend above the curves
+    ax.set_xlabel(f"output error of conv '{conv}' on the test images, every weight at 4 bits on one grid")
+    ax.set_ylabel("values")
+    ax.legend(fontsize=8, loc="upper right")
+    ax.set_title(
+        f"Compensated rounding: the same 4-bit grids, other roundings (float {_accuracy(model, x_test, y_test):.1f} %)",
+        fontsize=10,
+    )
+    _save(fig, out, "compensated_rounding")
+
+
 def activation_bits(out: Path) -> None:
     """Case a again: the outlier ReLU's other channels against the first step of its 8-bit
     and 16-bit grids (every value under half a step rounds to zero), and the accuracy."""
@@ -307,6 +369,7 @@ DRAW: dict[str, Callable[[Path], None]] = {  # one function per name of FIGURES
     "equalization": equalization,
     "equalization_joins": equalization_joins,
     "grid": grid,
+    "compensated_rounding": compensated_rounding,
     "activation_bits": activation_bits,
     "weight_bits": weight_bits,
     "keep_float": keep_float,
