@@ -18,7 +18,9 @@ under 10 float passes). The last analysis call of each size is timed phase by ph
 functions of `PHASES` wrapped with timers: inclusive seconds, and the model runs, model
 builds, activation threshold searches and graph copies each phase makes, which do not
 depend on the machine's load), and ``--profile N`` runs it once more under cProfile and
-prints the top ``N`` functions by cumulative time.
+prints the top ``N`` functions by cumulative time (``PSORT=tottime``: by their own time).
+``--qc NAME=VALUE`` (repeatable) changes a ``QuantizationConfig`` field of every PTQ call
+(values as in bench/peers.py): a candidate default measured on this bar.
 
 The model is the zoo's (`tests.zoo.real.cases`): the ONNX file of the rapidocr-onnxruntime
 wheel converted with onnx2torch; the lines are rendered by `tests.zoo.real.data` (seed 10,
