@@ -25,9 +25,12 @@ on the same held-out samples, in one process and with one torch:
 - NNCF: ``nncf.quantize`` with its defaults on the same exported graph (its torch.fx backend);
   on the zoo's ONNX models (the YOLOv8n detector and the three PP-OCR models, which the
   other tools take as onnx2torch converts them) on the ONNX file itself, run by onnxruntime
-  (NNCF's ONNX backend: ``torch.export`` cannot take onnx2torch's modules, whose reshapes
-  and slices read their shapes from tensors, and a user holding an ONNX file quantizes it so).
-  pt2e has no such path: those rows say why its export failed.
+  (NNCF's ONNX backend: a user holding an ONNX file quantizes it so).
+- pt2e on the zoo's ONNX models: ``torch.export`` cannot take onnx2torch's modules as they
+  are (their reshapes, slices, splits and resizes read their shapes from tensors), so pt2e
+  gets them with that shape arithmetic done for one sample (`bench.static_graph`, checked to
+  compute the same outputs; counted in pt2e's PTQ time), and the same calibration samples
+  one at a time.
 
 ``--qc NAME=VALUE`` (repeatable) changes a ``QuantizationConfig`` field of our three runs
 (an enum by its member's name, ``true``/``false``, or a number): a candidate default is
@@ -279,6 +282,19 @@ def quantize_pt2e(model, calibration: list[np.ndarray]):
     return convert_pt2e(prepared)
 
 
+def _static(model, case: Case):
+    """An onnx2torch model with its shape arithmetic done for one sample (`bench.static_graph`):
+    ``torch.export`` stops at the tensors its reshapes, slices and resizes read their shapes
+    from. It takes the calibration batches one sample at a time (the detector's 5 images
+    come in batches of 4 and 1; pt2e's observers keep the running extremes, whatever the
+    batches)."""
+    import torch
+
+    from bench.static_graph import static_graph
+
+    return static_graph(model, torch.from_numpy(case.calibration[0][:1]))
+
+
 def quantize_nncf(model, calibration: list[np.ndarray]):
     import nncf
     import torch
@@ -454,10 +470,15 @@ def measure(name: str, tools: tuple[str, ...]) -> dict[str, tuple[float, float, 
         "ours_compensated": lambda m: quantize_ours(m, case.calibration, compensated=True),
         "ours_outputs_float": lambda m: quantize_ours(m, case.calibration, keep=keep),
         "ours_peer_scope": lambda m: quantize_ours(m, case.calibration, keep=peer_keep),
-        "pt2e": lambda m: quantize_pt2e(m, case.calibration),
+        "pt2e": lambda m: (
+            quantize_pt2e(m, case.calibration)
+            if case.onnx is None
+            else quantize_pt2e(_static(m, case), singles)
+        ),
         "nncf": lambda m: quantize_nncf(m, case.calibration),
         "nncf_onnx": lambda m: quantize_nncf_onnx(m, case.calibration),
     }
+    singles = [b[i : i + 1] for b in case.calibration for i in range(len(b))]
     results: dict[str, tuple[float, float, int] | str] = {}
     for tool in tools:
         torch.manual_seed(0)
@@ -469,9 +490,10 @@ def measure(name: str, tools: tuple[str, ...]) -> dict[str, tuple[float, float, 
             q_model = runs[run](model)
             seconds = time.perf_counter() - start
             grids = activation_grids(q_model)
+            one = run == "pt2e" and case.onnx is not None  # its static graph takes one sample
             results[tool] = (
                 seconds,
-                sqnr_db(reference, parts(_outputs(q_model, case.held_out, batch))),
+                sqnr_db(reference, parts(_outputs(q_model, case.held_out, 1 if one else batch))),
                 len(grids),
             )
             print(f"{name:12s} {tool:15s} {len(grids)} activation grids: {', '.join(grids)}", flush=True)
