@@ -90,3 +90,18 @@ def test_tuning_rounds_the_kernels_with_compensation_in_trial_2(fw):
     assert best.n_bits == {"weights_compensated_rounding": True}, tuning.summary()
     assert not best.kept_float and not best.weight_bits and not best.activation_bits, tuning.summary()
     assert "weights_compensated_rounding=True" in tuning.summary()
+
+
+def test_the_input_moments_are_collected_only_when_a_candidate_rounds_with_compensation(fw, capfd):
+    """The pass that collects them is a float pass over the calibration data: a healthy model
+    (8-bit weights) pays nothing for the candidate, a damaged one (4-bit) one pass, shown as
+    its own step."""
+    model = smooth_model(fw.name)
+    gen, _ = _data(fw)
+    healthy = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=True))
+    _, info = fw.ptq(model, gen, core_config=healthy)
+    assert not info.similarity.causes(), info.similarity.summary()
+    assert "input moments" not in capfd.readouterr().err
+    _, info = fw.ptq(model, gen, core_config=_config())
+    assert info.similarity.suggested_fix().compensated_rounding
+    assert "input moments" in capfd.readouterr().err
