@@ -285,9 +285,8 @@ def quantize_pt2e(model, calibration: list[np.ndarray]):
 def _static(model, case: Case):
     """An onnx2torch model with its shape arithmetic done for one sample (`bench.static_graph`):
     ``torch.export`` stops at the tensors its reshapes, slices and resizes read their shapes
-    from. It takes the calibration batches one sample at a time (the detector's 5 images
-    come in batches of 4 and 1; pt2e's observers keep the running extremes, whatever the
-    batches)."""
+    from. It takes the calibration samples one at a time (the detector's 5 images come in
+    batches of 4 and 1; pt2e's observers accumulate over every sample they see)."""
     import torch
 
     from bench.static_graph import static_graph
@@ -322,9 +321,8 @@ class OnnxRuntimeModel:
 
 
 def quantize_nncf_onnx(proto, calibration: list[np.ndarray]) -> OnnxRuntimeModel:
-    """NNCF's ONNX backend on the ONNX file itself: torch.export cannot take onnx2torch's
-    modules (their reshapes read shape tensors: a data-dependent guard), and a user holding
-    an ONNX file quantizes it so with NNCF."""
+    """NNCF's ONNX backend on the ONNX file itself: a user holding an ONNX file quantizes it
+    so with NNCF (its torch.fx backend would need `bench.static_graph`'s rewrite first)."""
     import nncf
 
     name = proto.graph.input[0].name
