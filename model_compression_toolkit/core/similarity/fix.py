@@ -218,7 +218,7 @@ def suggest_fix(
             tried.append(search.judged(_compensated(own)))
     spread, combined = _wider(search, entries, own)
     if not any(f.restores for f in tried):
-        if not weights_cause and search.compensable():
+        if not causes and search.compensable():  # a spread loss (an activation cause had it with its fix)
             spread.insert(0, [_compensated(SuggestedFix(spread=_spread_text(search, entries, own)))])
         for group in spread:  # per kind, the fewest bits that restore
             for candidate in group:
