@@ -25,7 +25,8 @@ has the user's metric (`FixMenu.metric`), that metric within the allowed drop. T
 goes through the menu, cheapest first, until a candidate restores::
 
     equalize channels -> compensated rounding (a cause is a weight) -> the causes' own fix
-      (grown; with compensated rounding) -> every activation (every weight) at 16 bits ->
+      (grown; with compensated rounding) -> (no cause: compensated rounding) every
+      activation (every weight) at 16 bits ->
       the causes' fix and every activation, or every weight, or both at 16 bits, and every
       activation at 16 bits with compensated rounding
 
