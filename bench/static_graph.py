@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import fx, nn
+from torch.utils._pytree import tree_leaves
 
 # onnx2torch modules whose output depends on the input's shape only
 _SHAPE_ONLY = {"OnnxShape"}
@@ -130,6 +131,7 @@ def static_graph(model: fx.GraphModule, example: torch.Tensor) -> fx.GraphModule
                 n.replace_all_uses_with(node)
                 constant[node] = values[n]
                 data[node] = False
+    known = {**values, **constant}  # every constant argument's value, by node
     for k, n in enumerate(list(gm.graph.nodes)):
         if n.op != "call_module" or not data.get(n):
             continue
@@ -138,7 +140,6 @@ def static_graph(model: fx.GraphModule, example: torch.Tensor) -> fx.GraphModule
             continue
         bound = inspect.signature(module.forward).bind(*n.args, **n.kwargs)  # arguments by name, in order
         rest = list(bound.arguments.values())[1:]
-        known = {**values, **constant}
         if not rest or not all(
             a is None or (isinstance(a, fx.Node) and not data.get(a, False)) for a in rest
         ):
@@ -153,15 +154,8 @@ def static_graph(model: fx.GraphModule, example: torch.Tensor) -> fx.GraphModule
     gm.recompile()
     with torch.no_grad():
         got = gm(example)
-    for a, b in zip(_flat(expected), _flat(got)):
+    tensors = [[t for t in tree_leaves(v) if isinstance(t, torch.Tensor)] for v in (expected, got)]
+    for a, b in zip(*tensors):
         if a.shape != b.shape or not torch.allclose(a, b, rtol=1e-5, atol=1e-5):
             raise AssertionError("static_graph: the static model computes another output")
     return gm
-
-
-def _flat(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flat(v)]
-    return []
