@@ -102,7 +102,7 @@ class SuggestedFix(Sequence):
             and with the fix; None: no metric given.
         metric_restores: whether the metric with the fix is within the allowed drop.
         compensated_rounding: the fix rounds the kernels with their errors compensated
-            (``QuantizationConfig(weights_compensated_rounding=True)``: the same 8-bit grids,
+            (``QuantizationConfig(weights_compensated_rounding=True)``: the same grids,
             other roundings; integer, no memory).
         equalize: the fix equalizes channels
             (``QuantizationConfig(activation_channel_equalization=True)``).
