@@ -8,15 +8,17 @@ Every tool quantizes the same float model from the same calibration batches and 
 on the same held-out samples, in one process and with one torch:
 
 - ours: ``mct.ptq.pytorch_post_training_quantization`` with its defaults (no log folder, no
-  similarity analysis); once more with ``activation_quantization_method=SYMMETRIC`` (every
-  activation on a symmetric grid searched for the least error, each on its own grid, the
-  outputs included: the default before the grid was chosen per activation, the "before"
-  column); once with the model's outputs kept float (``KeepFloat``, weights still
-  quantized); once with ``weights_compensated_rounding=True`` (opt-in: each kernel rounded
-  with its errors compensated by its input's second moments); and once at the peers' scope (`peer_scope_float`): every activation kept float
+  similarity analysis: on a target that runs float the model's outputs are handed on
+  unrounded, as the peers do); once more with ``activation_quantization_method=SYMMETRIC``
+  (every activation on a symmetric grid searched for the least error: the default before the
+  grid was chosen per activation, the "before" column); once with the outputs on grids
+  (``quantize_outputs=True``: what an integer-only target or MCT gets); once with
+  ``weights_compensated_rounding=True`` (opt-in: each kernel rounded with its errors
+  compensated by its input's second moments); and once at the peers' scope
+  (`peer_scope_float`): every activation kept float
   but the inputs of conv, linear and average pooling layers, the ones pt2e's
   X86InductorQuantizer and NNCF quantize (NNCF the inputs of an add too), weights still
-  quantized. Both keep-float sets are read from the graph of our default run, by one rule for
+  quantized. The keep-float set is read from the graph of our default run, by one rule for
   every model.
 - pt2e: ``torch.export`` -> torchao's ``prepare_pt2e`` with the ``X86InductorQuantizer``
   default (per-tensor affine uint8 activations, per-channel int8 weights) -> calibration ->
@@ -77,7 +79,7 @@ TOOLS = (
     "ours_symmetric",
     "ours",
     "ours_compensated",
-    "ours_outputs_float",
+    "ours_integer",
     "ours_peer_scope",
     "pt2e",
     "nncf",
@@ -86,7 +88,7 @@ HEADERS = {
     "ours_symmetric": "ours, symmetric activations (before)",
     "ours": "ours (default)",
     "ours_compensated": "ours, compensated rounding",
-    "ours_outputs_float": "ours, model outputs float",
+    "ours_integer": "ours, outputs on grids (an integer-only target's scope)",
     "ours_peer_scope": "ours, the peer's scope",
     "pt2e": "pt2e X86",
     "nncf": "NNCF",
@@ -235,9 +237,12 @@ def quantize_ours(
     symmetric: bool = False,
     keep: tuple[str, ...] = (),
     compensated: bool = False,
+    outputs: bool | None = None,
 ):
     """Our PTQ (with ``OURS_CONFIG``); ``keep``: layers whose outputs stay float (their weights
-    are quantized); ``compensated``: ``weights_compensated_rounding=True``."""
+    are quantized); ``compensated``: ``weights_compensated_rounding=True``; ``outputs``:
+    ``CoreConfig(quantize_outputs=...)`` (None: the default, outputs unrounded on a target
+    that runs float)."""
     import model_compression_toolkit as mct
 
     qc = mct.core.QuantizationConfig(
@@ -251,6 +256,7 @@ def quantize_ours(
         quantization_config=qc,
         debug_config=mct.core.DebugConfig(analyze_similarity=False),
         keep_float=mct.core.KeepFloat(names=list(keep), weights=False) if keep else (),
+        quantize_outputs=outputs,
     )
     q_model, _ = mct.ptq.pytorch_post_training_quantization(
         model, lambda: iter([[b] for b in calibration]), core_config=config
@@ -335,13 +341,6 @@ def _default_graph(case: Case):
     from model_compression_toolkit.pipeline.session import produced_graph
 
     return produced_graph(quantize_ours(case.build(), case.calibration))
-
-
-def output_layers(graph) -> tuple[str, ...]:
-    """The layers computing the model's outputs, as our PTQ names them: pt2e's and NNCF's
-    default quantizers leave the outputs of the last layers float; ours quantizes them, as
-    MCT does, unless they are kept float."""
-    return tuple(dict.fromkeys(name for name, _ in graph.outputs))
 
 
 def _passes_grid_on(node) -> bool:
@@ -456,9 +455,7 @@ def measure(name: str, tools: tuple[str, ...]) -> dict[str, tuple[float, float, 
     batch = len(case.calibration[0])  # the exported graphs take this batch size only
     parts = case.parts or (lambda outputs: outputs)
     reference = parts(_outputs(case.build(), case.held_out, batch))
-    needs_graph = {"ours_outputs_float", "ours_peer_scope"} & set(tools)
-    graph = _default_graph(case) if needs_graph else None  # the keep-float sets, before the timing
-    keep = output_layers(graph) if "ours_outputs_float" in tools else ()
+    graph = _default_graph(case) if "ours_peer_scope" in tools else None  # the keep-float set, before the timing
     peer_keep = peer_scope_float(graph) if "ours_peer_scope" in tools else ()
     if peer_keep:
         print(f"{name:12s} at the peers' scope, float: {', '.join(peer_keep)}", flush=True)
@@ -466,7 +463,7 @@ def measure(name: str, tools: tuple[str, ...]) -> dict[str, tuple[float, float, 
         "ours_symmetric": lambda m: quantize_ours(m, case.calibration, symmetric=True),
         "ours": lambda m: quantize_ours(m, case.calibration),
         "ours_compensated": lambda m: quantize_ours(m, case.calibration, compensated=True),
-        "ours_outputs_float": lambda m: quantize_ours(m, case.calibration, keep=keep),
+        "ours_integer": lambda m: quantize_ours(m, case.calibration, outputs=True),
         "ours_peer_scope": lambda m: quantize_ours(m, case.calibration, keep=peer_keep),
         "pt2e": lambda m: (
             quantize_pt2e(m, case.calibration)
@@ -561,21 +558,23 @@ def report(results: dict[str, dict], tools: tuple[str, ...]) -> str:
 
 READING = """Reading the table: the quantizers differ in scope as well as in grids. pt2e's
 X86InductorQuantizer and NNCF's defaults quantize the inputs of conv, linear and average
-pooling layers (NNCF those of an add too); the outputs of the last layers stay float. Ours,
-as MCT, quantizes every activation, the model's outputs included: an integer-only target gets
-integers throughout.
+pooling layers (NNCF those of an add too); the outputs of the last layers stay float. Ours
+by default (a target that runs float) quantizes every activation but the model's outputs,
+which the layers computing them hand on unrounded, as the peers do; with
+``quantize_outputs=True`` (the "outputs on grids" column: what an integer-only target or MCT
+gets) the outputs are on grids too and the model is integer throughout.
 By default a max pooling or a ReLU shares one grid with its input's quantizer (the rounding
 commutes with them: one rounding, exact on integers), each range is the widest within 20 % of
 the least calibration error (a range clipped to the error's minimum on 32 samples clipped
 held-out values: ONet lost 2.4 dB so), and a model output is not clipped and leaves room past
 its calibration values by the spread of the most extreme ones (RNet's box offsets reach 0.33
 on held-out faces against 0.26 in calibration). Bias correction counts the zeros a padded
-conv reads at its borders (the digits CNN's 3x3 convs with padding 1: 29.9 -> 30.7 dB). The
-"model outputs float" column keeps only the model's outputs float. "The peer's scope" keeps
+conv reads at its borders (the digits CNN's 3x3 convs with padding 1: 29.9 -> 30.7 dB).
+"The peer's scope" keeps
 float every activation that no conv, linear or average pooling layer reads (through the
 reshapes, pads, max poolings and ReLUs that pass a grid on): the activations pt2e and NNCF
 leave float, with one exception, NNCF on ResNet-18, which also quantizes both inputs of each
-residual add; there its 30 grids sit where the "model outputs float" column's 30 do. The grid
+residual add; there its 30 grids sit where our default's 30 do. The grid
 table counts each tool's grids (the run prints where each sits); pt2e's digits CNN count is
 one lower because its average pooling rounds again onto its input's grid, where ours chooses
 one of its own. On the four ONNX models the NNCF column is NNCF's ONNX backend on the ONNX file

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
-from model_compression_toolkit.core.calibration.outputs import mark_model_outputs
+from model_compression_toolkit.core.calibration.outputs import keep_outputs_float, mark_model_outputs
 from model_compression_toolkit.core.composites import find_composites
 from model_compression_toolkit.core.config import KeepFloat, QuantizationConfig, QuantizationMethod
 from model_compression_toolkit.core.graph import VALUE_PRESERVING, WEIGHTED, Graph, Node, OpKind
@@ -23,6 +23,10 @@ from model_compression_toolkit.core.quant_config import (
 from model_compression_toolkit.core.selection import kept_float
 
 KEPT_FLOAT = "kept in float by a KeepFloat rule"
+OUTPUT_FLOAT = (
+    "a model output, handed on unrounded on a target that runs float (as pt2e and NNCF do); "
+    "CoreConfig(integer_only=True), a target platform or quantize_outputs=True puts it on a grid"
+)
 # activations whose outputs are negative only by a little: shift negative correction's candidates
 SHIFT_NEGATIVE_FUNCTIONS = frozenset(
     {"silu", "swish", "gelu", "hardswish", "hard_swish", "elu", "selu", "celu", "mish", "leaky_relu", "prelu"}
@@ -248,6 +252,7 @@ def assign_quantization(
     config: QuantizationConfig,
     keep_float: Sequence[KeepFloat] = (),
     edits: Sequence[QuantizationEdit] = (),
+    outputs_float: bool = False,
 ) -> None:
     """Decide for every node whether its weights and output are quantized, and why not.
 
@@ -255,7 +260,9 @@ def assign_quantization(
     activation: its own output stays float inside the fused pair; so is an activation
     written as ops (`quantize_composites_once`). Then ``edits`` change
     what was decided, in order; last, layers selected by ``keep_float`` rules keep their
-    weights and/or output in float.
+    weights and/or output in float. With ``outputs_float`` the model's outputs get no grid,
+    before the edits (`keep_outputs_float`): a bit-width an edit sets for one is an error
+    that names ``quantize_outputs``.
     """
     for node in graph.nodes():
         q = NodeQuantConfig()
@@ -284,6 +291,8 @@ def assign_quantization(
         q.activation_float_reason = reason
         node.quant = q
     quantize_composites_once(graph)
+    if outputs_float:
+        keep_outputs_float(graph, OUTPUT_FLOAT)
     for edit in edits:
         edit.apply(graph, config)
     float_weights, float_outputs = kept_float(graph, keep_float)

@@ -21,6 +21,7 @@ from model_compression_toolkit.core.backend import Exporter, Runtime, Taps, Writ
 from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
 from model_compression_toolkit.core.export.grids import (
     bias_rounding_steps,
+    float_tail_notes,
     output_names,
     tflite_int8_problems,
 )
@@ -99,7 +100,12 @@ class TFLiteInt8Exporter(_KerasExporter):
         return Written(
             [
                 "TFLite adds each bias as int32 on the scale input x weight; the largest change this makes to a "
-                f"bias is {steps:.4f} steps of its layer's output grid"
+                f"bias is {steps:.4f} steps of its layer's output grid",
+                *float_tail_notes(
+                    self.graph,
+                    "the file runs them in float32 after a DEQUANTIZE, their weights stored as float32 values "
+                    "of their grids",
+                ),
             ],
             {"bias_rounding_steps": steps},
         )

@@ -30,6 +30,7 @@ from model_compression_toolkit.core.backend import Exporter, Runtime, Taps, Writ
 from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
 from model_compression_toolkit.core.export.grids import (
     StoredGrid,
+    float_tail_notes,
     integer_values,
     needs_16_bits,
     onnx_problems,
@@ -403,6 +404,7 @@ class OnnxExporter(_TorchExporter):
                 "add it; the largest change this makes to a bias is "
                 f"{figures['bias_rounding_steps']:.4f} steps of its layer's output grid"
             )
+        notes += float_tail_notes(self.graph, "onnxruntime runs them as float ops on their dequantized inputs")
         return Written(notes, figures)
 
     def load(self, path: Path) -> Runtime:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
+from model_compression_toolkit.errors import ConfigurationError
 from tests.fixtures.digits import accuracy, representative_dataset
 
 
@@ -20,14 +21,42 @@ def test_8bit_accuracy_within_one_point_of_float(fw, trained_digits):
     assert quant_acc >= float_acc - 1.0, (float_acc, quant_acc)
 
 
-def test_quantized_model_output_is_on_the_activation_grid(fw, trained_digits):
+@pytest.mark.parametrize("target", ["integer_only", "quantize_outputs"])
+def test_quantized_model_output_is_on_the_activation_grid_for_an_integer_target(fw, trained_digits, target):
     model, x_train, x_test, _ = trained_digits
-    q_model, info = fw.ptq(model, representative_dataset(x_train))
+    q_model, info = fw.ptq(model, representative_dataset(x_train), mct.core.CoreConfig(**{target: True}))
     (out_name,) = [n for n, layer in info.layers.items() if layer.kind == "dense"]
     grid = info.layers[out_name].activation["grid"]
     out = fw.predict(q_model)(x_test[:16])
     steps = out / grid["scale"] + grid["zero_point"]
     np.testing.assert_allclose(steps, np.round(steps), atol=1e-3)
+
+
+def test_by_default_the_model_output_is_handed_on_unrounded_and_info_says_how_to_round_it(fw, trained_digits):
+    model, x_train, x_test, _ = trained_digits
+    q_model, info = fw.ptq(model, representative_dataset(x_train))
+    (out_name,) = [n for n, layer in info.layers.items() if layer.kind == "dense"]
+    dense = info.layers[out_name]
+    assert dense.activation is None and dense.weights["kernel"]["n_bits"] == 8  # its weights are still 8-bit
+    assert "model output" in dense.activation_float_reason and "integer_only=True" in dense.activation_float_reason
+    # what it reads is still rounded: the output is the float model's only up to the 8-bit error
+    y_float, y_q = fw.predict(model)(x_test[:64]), fw.predict(q_model)(x_test[:64])
+    assert 0 < np.abs(y_q - y_float).max() < 0.2 * np.abs(y_float).max()
+
+
+@pytest.mark.parametrize("target", ["integer_only", "platform"])
+def test_float_outputs_on_an_integer_only_target_are_refused_before_any_work(fw, trained_digits, target, tmp_path):
+    model, x_train, _, _ = trained_digits
+    mct.set_log_folder(tmp_path / "logs")
+    platform = {}
+    if target == "platform":
+        platform = {"target_platform_capabilities": mct.get_target_platform_capabilities(
+            {"pytorch": "pytorch", "keras": "tensorflow"}[fw.name], "default")}
+    config = mct.core.CoreConfig(quantize_outputs=False, integer_only=target == "integer_only")
+    with pytest.raises(ConfigurationError, match="quantize_outputs=False.*integer-only"):
+        fw.ptq(model, representative_dataset(x_train), config, **platform)
+    assert not list((tmp_path / "logs").rglob("*"))  # refused before anything was written
+    assert config.quantize_outputs is False  # the user's config is not changed
 
 
 def test_info_reports_bits_thresholds_float_layers_and_memory(fw, trained_digits):

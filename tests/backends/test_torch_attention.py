@@ -3,6 +3,8 @@ scaled dot-product attention quantized like their inputs' producers, masks left 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -118,7 +120,9 @@ def test_matmul_bmm_einsum_and_attention_are_quantized_and_masks_stay_float():
     mask[:, -2:] = 0
     batches = [[rng.standard_normal((4, 6, 8)).astype(np.float32), mask] for _ in range(2)]
     model = Products().eval()
-    q_model, info = mct.ptq.pytorch_post_training_quantization(model, lambda: iter(batches), NO_SIMILARITY)
+    # every product on a grid, the attention that gives the model's output too
+    config = dataclasses.replace(NO_SIMILARITY, quantize_outputs=True)
+    q_model, info = mct.ptq.pytorch_post_training_quantization(model, lambda: iter(batches), config)
     assert info.unsupported_layers == []
     kinds = {n: layer.kind for n, layer in info.layers.items()}
     products = [n for n, k in kinds.items() if k in (OpKind.MATMUL.value, OpKind.ATTENTION.value)]

@@ -272,7 +272,10 @@ def test_quantizers_overwrite_only_tensors_no_one_else_holds():
     model = nn.Sequential(nn.Flatten(), nn.Linear(12, 4), nn.ReLU()).eval()
     x = np.random.default_rng(6).standard_normal((4, 3, 2, 2)).astype(np.float32)
     original = x.copy()
-    q_model, _ = mct.ptq.pytorch_post_training_quantization(model, lambda: iter([[x]]))
+    # the output on a grid too (an integer-only target's model): the fused linear+relu has a quantizer
+    q_model, _ = mct.ptq.pytorch_post_training_quantization(
+        model, lambda: iter([[x]]), mct.core.CoreConfig(quantize_outputs=True)
+    )
     with torch.no_grad():
         q_model(torch.from_numpy(x))  # shares x's memory
     np.testing.assert_array_equal(x, original)

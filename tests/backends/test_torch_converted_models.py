@@ -8,6 +8,7 @@ in a second each; the real detector (nudenet's YOLOv8n) runs when its wheel is i
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -37,11 +38,11 @@ def _batches(shape, n=2, seed=0):
     return [[rng.uniform(-1, 1, shape).astype(np.float32)] for _ in range(n)]
 
 
-def _quantize(model: nn.Module, shape, n: int = 2) -> tuple[nn.Module, object, float]:
+def _quantize(model: nn.Module, shape, n: int = 2, config=NO_SIMILARITY) -> tuple[nn.Module, object, float]:
     """(quantized model, info, output SQNR in dB on a batch not seen in calibration), after
     calibrating on ``n`` batches."""
     batches = _batches(shape, n)
-    q_model, info = mct.ptq.pytorch_post_training_quantization(model, lambda: iter(batches), NO_SIMILARITY)
+    q_model, info = mct.ptq.pytorch_post_training_quantization(model, lambda: iter(batches), config)
     x = torch.as_tensor(_batches(shape, 1, seed=1)[0][0])
     with torch.no_grad():
         f, q = model(x), q_model(x)
@@ -182,7 +183,8 @@ def test_values_computed_from_shapes_alone_are_not_put_on_an_activation_grid():
     graph, _ = BACKEND.read(model, _batches((1, 4, 2, 40))[0])
     assert graph.node("anchors").kind == graph.node("pixels").kind == OpKind.SHAPE
     assert graph.node("boxes").kind == OpKind.ADD
-    _, info, sqnr = _quantize(model, (1, 4, 2, 40))
+    # the boxes, a model output, on a grid as an integer-only target has them
+    _, info, sqnr = _quantize(model, (1, 4, 2, 40), config=dataclasses.replace(NO_SIMILARITY, quantize_outputs=True))
     assert info.layers["anchors"].activation is None and info.layers["boxes"].activation is not None
     assert sqnr > 40, sqnr
 

@@ -32,6 +32,7 @@ from model_compression_toolkit.observers.similarity_view import causes_markdown
 
 SIZE = 16
 CONFIG = mct.core.CoreConfig(
+    quantize_outputs=True,  # the logits map on one grid: what these tests judge
     quantization_config=mct.core.QuantizationConfig(activation_n_bits=4),
     debug_config=mct.core.DebugConfig(analyze_similarity=True),
 )

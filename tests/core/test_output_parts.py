@@ -19,7 +19,8 @@ import model_compression_toolkit as mct
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.similarity.parts import is_probability, sqnr_db
 
-ANALYZE = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=True))
+# the model's output on one grid, as an integer-only target or MCT puts it: the case these tests judge
+ANALYZE = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=True), quantize_outputs=True)
 BOXES, CLASSES, FEATURES = 4, 6, 16
 
 
@@ -103,6 +104,18 @@ def _recall(reference: np.ndarray, other: np.ndarray, confidence: float = 0.25) 
 def head(fw):
     model = _torch_head() if fw.name == "pytorch" else _keras_head()
     return model, _data(fw.channels_last)
+
+
+def test_by_default_a_detection_head_keeps_its_scores_as_its_output_is_not_rounded(fw, head):
+    """On a target that runs float the head's one output is handed on unrounded (as pt2e and
+    NNCF do): the scores and the boxes keep their own grids, and the scores their decisions."""
+    model, x = head
+    q_model, info = fw.ptq(model, lambda: iter([[x[i * 16 : (i + 1) * 16]] for i in range(4)]))
+    y_float, y_q = _predict(fw, model, x), _predict(fw, q_model, x)
+    assert sqnr_db([_scores(y_float)], [_scores(y_q)]) > 25
+    assert _recall(_scores(y_float), _scores(y_q)) >= 0.97
+    (cat,) = [layer for layer in info.layers.values() if layer.kind == "concat"]
+    assert cat.activation is None and "model output" in cat.activation_float_reason
 
 
 def test_a_detection_head_is_judged_on_its_scores_not_its_boxes(fw, head):

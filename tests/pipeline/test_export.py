@@ -70,7 +70,7 @@ def test_each_format_runs_in_its_runtime_and_matches_the_quantized_model(
     from tests.conftest import FRAMEWORKS
 
     fw = FRAMEWORKS[framework]
-    q_model, data = quantize(framework)
+    q_model, data = quantize(framework, quantize_outputs=True)
     _, _, x_test, y_test = fw.data()
     result = export(fw, q_model, tmp_path / name, data, serialization, quantization)
     assert result.path == tmp_path / name and result.path.stat().st_size == result.file_bytes > 0
@@ -90,7 +90,7 @@ def test_onnx_holds_our_grids_as_qdq_and_onnxruntime_fuses_integer_kernels(tmp_p
     import onnx
     from onnx import numpy_helper
 
-    q_model, data = quantize("pytorch")
+    q_model, data = quantize("pytorch", quantize_outputs=True)
     graph = produced_graph(q_model)
     result = E.pytorch_export_model(q_model, tmp_path / "m.onnx", data)
     model = onnx.load(str(result.path))
@@ -125,7 +125,7 @@ def test_onnx_holds_our_grids_as_qdq_and_onnxruntime_fuses_integer_kernels(tmp_p
 def test_tflite_int8_tensors_hold_our_grids(tmp_path):
     import tensorflow as tf
 
-    q_model, data = quantize("keras")
+    q_model, data = quantize("keras", quantize_outputs=True)
     graph = produced_graph(q_model)
     result = E.keras_export_model(q_model, tmp_path / "m.tflite", serialization_format=K.TFLITE,
                                   quantization_format=Q.INT8, repr_dataset=data)  # fmt: skip
@@ -149,3 +149,50 @@ def test_tflite_int8_tensors_hold_our_grids(tmp_path):
     floats = [t for t in tensors if t["dtype"] == np.float32]
     assert len(floats) == 2  # the model's input and output, around QUANTIZE and DEQUANTIZE
     assert result.ops["QUANTIZE"] == 1 and result.ops["DEQUANTIZE"] == 1 and result.ops["CONV_2D"] == 4
+
+
+def _last_tflite_op(path):
+    """(the last op of the file that computes, the op before it, and each's input dtypes), as
+    the interpreter runs them without its delegate; the reshapes after the last layer only move values."""
+    import tensorflow as tf
+
+    interp = tf.lite.Interpreter(
+        model_path=str(path),
+        experimental_op_resolver_type=tf.lite.experimental.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+    )
+    interp.allocate_tensors()
+    dtypes = {t["index"]: np.dtype(t["dtype"]).name for t in interp.get_tensor_details()}
+    listed = interp._get_ops_details()  # the interpreter's only listing of its ops
+    ops = [op for op in listed if op["op_name"] != "RESHAPE"]
+    return [(op["op_name"], [dtypes[i] for i in op["inputs"] if i >= 0]) for op in ops[-2:]]
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "keras"])
+def test_default_quantization_exports_its_unrounded_output_as_a_float_last_layer(framework, tmp_path):
+    q_model, data = quantize(framework)
+    graph = produced_graph(q_model)
+    ((output, _),) = graph.outputs
+    last = [n for n in graph.nodes() if n.quant.weights][-1].name  # the dense layer computing the output
+    assert graph.node(last).quant.activation is None  # the default hands the output on unrounded
+    if framework == "pytorch":
+        import onnx
+
+        result = E.pytorch_export_model(q_model, tmp_path / "m.onnx", data)
+        nodes = onnx.load(str(result.path)).graph.node
+        (gemm,) = [n for n in nodes if output in n.output]
+        # a float Gemm computes the output, and no QuantizeLinear (nothing) reads it
+        assert gemm.op_type == "Gemm" and not [n for n in nodes if output in n.input]
+        # onnxruntime fuses the convolutions into integer kernels; the last layer stays a float op
+        runtime = result.runtime_ops
+        assert runtime["QLinearConv"] == 3 and "Conv" not in runtime
+        assert runtime["Gemm"] == 1 and "QGemm" not in runtime
+    else:
+        result = E.keras_export_model(q_model, tmp_path / "m.tflite", serialization_format=K.TFLITE,
+                                      quantization_format=Q.INT8, repr_dataset=data)  # fmt: skip
+        assert _last_tflite_op(result.path) == [("DEQUANTIZE", ["int8"]), ("CONV_2D", ["float32"] * 3)]
+        assert result.ops["QUANTIZE"] == 1 and result.ops["DEQUANTIZE"] == 1 and result.ops["CONV_2D"] == 4
+    (parity,) = result.parity
+    assert result.parity_ok and parity.step is None and parity.max_steps is None, parity
+    assert parity.top1_agreement == 1.0 and parity.cosine > 0.9999, parity
+    (note,) = [n for n in result.notes if "hand the model's outputs on unrounded" in n]
+    assert repr(last) in note and "quantize_outputs=True" in note, note

@@ -4,6 +4,8 @@ the benchmarks' (bench.models), at a small input size to keep the suite fast."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,8 @@ import model_compression_toolkit as mct
 from bench import models
 
 NO_SIMILARITY = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+# the model's outputs on a grid too: a file integer up to its outputs (the classifier as QGemm)
+INTEGER_OUTPUTS = dataclasses.replace(NO_SIMILARITY, quantize_outputs=True)
 
 
 def _data(shape):
@@ -26,7 +30,7 @@ def test_pytorch_architecture_runs_on_integer_kernels_and_matches(name, tmp_path
 
     model = getattr(models, name)()
     data = _data((8, 3, 64, 64))
-    q_model, _ = mct.ptq.pytorch_post_training_quantization(model, data, NO_SIMILARITY)
+    q_model, _ = mct.ptq.pytorch_post_training_quantization(model, data, INTEGER_OUTPUTS)
     result = mct.exporter.pytorch_export_model(q_model, tmp_path / f"{name}.onnx", data)
     (parity,) = result.parity
     assert result.parity_ok and parity.samples == 16, parity

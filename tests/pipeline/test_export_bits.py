@@ -33,6 +33,7 @@ def _quantize(framework: str, **kwargs):
     config = mct.core.CoreConfig(
         quantization_config=mct.core.QuantizationConfig(**kwargs),
         debug_config=mct.core.DebugConfig(analyze_similarity=False),
+        quantize_outputs=True,  # every grid up to the outputs is in the file
     )
     if budget is not None:
         return fw.ptq(load_trained(framework), data, target_resource_utilization=budget, core_config=config)[0], data

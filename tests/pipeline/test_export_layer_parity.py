@@ -25,6 +25,11 @@ pytestmark = pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutio
 E = mct.exporter
 
 
+def _quantized(framework: str):
+    """The digits CNN with its output on a grid too: every layer up to the output is integer in the file."""
+    return quantize(framework, quantize_outputs=True)
+
+
 def _names(framework: str) -> tuple[list[str], tuple[str, str]]:
     """(the quantized layers of the digits CNN in topological order, those whose output is on
     a grid; (the layer whose weights are changed in the file, the quantized layer computed
@@ -34,7 +39,7 @@ def _names(framework: str) -> tuple[list[str], tuple[str, str]]:
         return ["input_1", "2", "5", "8", "9", "11"], ("3", "5")
     from model_compression_toolkit.pipeline.session import produced_graph
 
-    nodes = produced_graph(quantize(framework)[0]).nodes()
+    nodes = produced_graph(_quantized(framework)[0]).nodes()
 
     def of(kind: str) -> list[str]:
         return [n.name for n in nodes if n.layer_type == kind]
@@ -45,7 +50,7 @@ def _names(framework: str) -> tuple[list[str], tuple[str, str]]:
 
 
 def _export(framework: str, folder: Path):
-    q_model, data = quantize(framework)
+    q_model, data = _quantized(framework)
     if framework == "pytorch":
         return E.pytorch_export_model(q_model, folder / "m.onnx", data)
     return E.keras_export_model(
@@ -93,7 +98,7 @@ def _change_one_layer(framework: str, exported: Path, target: Path) -> None:
     from model_compression_toolkit.keras.export import interpreter
     from model_compression_toolkit.pipeline.session import produced_graph
 
-    kernel = produced_graph(quantize(framework)[0]).node(layer).weights["kernel"]  # (kh, kw, in, out)
+    kernel = produced_graph(_quantized(framework)[0]).node(layer).weights["kernel"]  # (kh, kw, in, out)
     shape = [kernel.shape[3], kernel.shape[0], kernel.shape[1], kernel.shape[2]]  # TFLite's (out, kh, kw, in)
     interp = interpreter(exported, delegates=False)
     interp.allocate_tensors()
@@ -110,7 +115,7 @@ def test_a_layer_changed_in_the_file_is_named_as_the_first_departure(framework, 
     result = _export(framework, tmp_path)
     changed = tmp_path / f"changed{result.path.suffix}"
     _change_one_layer(framework, result.path, changed)
-    q_model, data = quantize(framework)
+    q_model, data = _quantized(framework)
     table = layer_parity(q_model, changed, data)
     weights_layer, quantized_layer = _names(framework)[1]
     first = table.first_departure

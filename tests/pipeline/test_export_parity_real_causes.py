@@ -28,7 +28,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-NO_SIMILARITY = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+# the outputs on a grid too: parity and the floor are counted in steps of the output's grid
+NO_SIMILARITY = mct.core.CoreConfig(
+    debug_config=mct.core.DebugConfig(analyze_similarity=False), quantize_outputs=True
+)
 DEPTH, CHANNELS, SIZE = 16, 16, 24
 
 
@@ -78,7 +81,7 @@ def test_the_rounding_floor_without_noise_is_the_quantized_model():
 
     x_train = digits_data(channels_last=False)[0]
     q_model, _ = mct.ptq.pytorch_post_training_quantization(
-        load_trained("pytorch"), representative_dataset(x_train)
+        load_trained("pytorch"), representative_dataset(x_train), mct.core.CoreConfig(quantize_outputs=True)
     )
     graph, x = produced_graph(q_model), torch.as_tensor(x_train[:64])
     with torch.no_grad():

@@ -31,7 +31,10 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 nn = torch.nn
 
-NO_SIMILARITY = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+# the head's output on a grid too: each chain and the head quantized once, as an integer file needs
+NO_SIMILARITY = mct.core.CoreConfig(
+    debug_config=mct.core.DebugConfig(analyze_similarity=False), quantize_outputs=True
+)
 BLOCKS, CHANNELS, SIZE = 6, 16, 16
 
 

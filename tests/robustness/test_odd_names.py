@@ -55,7 +55,8 @@ def test_odd_layer_names_are_logged_and_shown_and_stay_inside_the_run_folder(fw,
     before = tree(tmp_path)
     mct.set_log_folder(logs)
     x = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
-    q_model, info = fw.ptq(model, lambda: [[x[:8]], [x[8:]]])
+    # the last layer's output on a grid too, so that every name has an activation histogram
+    q_model, info = fw.ptq(model, lambda: [[x[:8]], [x[8:]]], mct.core.CoreConfig(quantize_outputs=True))
     assert set(names) <= set(info.layers)
 
     (run,) = run_folders(logs)
@@ -91,7 +92,9 @@ def test_layer_names_that_collide_once_cleaned_stay_distinct_graph_nodes(fw, tmp
     mct.set_log_folder(tmp_path)
     x = np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32)
     fw.ptq(
-        model, lambda: [[x]], mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+        model,
+        lambda: [[x]],
+        mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False), quantize_outputs=True),
     )
     (run,) = run_folders(tmp_path)
     acc = load(run / stage_run("thresholds_selection"))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from model_compression_toolkit.core.graph import VALUE_PRESERVING, Graph, OpKind
+from model_compression_toolkit.core.graph import VALUE_PRESERVING, Graph, Node, OpKind
 
 TAIL_VALUES = 8  # at most this many extreme values measure the spread of a tail
 # the range a function's output cannot leave
@@ -30,18 +30,74 @@ _BOUNDS = {
 }  # fmt: skip
 
 
+def output_carrier(graph: Graph, name: str) -> Node:
+    """The node whose grid the model output ``name`` carries: the output itself, or the
+    producer of an output that only moves its values (a reshape, a flatten)."""
+    node = graph.node(name)
+    while node.quant.activation is None and node.kind in VALUE_PRESERVING:
+        edges = graph.in_edges(node.name)
+        if len(edges) != 1:
+            break
+        node = graph.node(edges[0].src)
+    return node
+
+
+def keep_outputs_float(graph: Graph, reason: str) -> list[str]:
+    """Leave each model output's grid off (``reason`` says why), as pt2e's and NNCF's
+    default quantizers do: the layers computing the outputs read quantized inputs with
+    quantized weights and hand their result on unrounded. A carrier that also feeds a
+    layer inside the model keeps its grid (that layer reads integers). Returns the nodes
+    left float."""
+    left = []
+    for name, _ in graph.outputs:
+        node = output_carrier(graph, name)
+        if node.quant.activation is None or node.name in left or not _only_outputs(graph, node.name):
+            continue
+        node.quant.activation, node.quant.activation_float_reason = None, reason
+        for other in graph.nodes():  # ``conv -> relu``: the conv was to be quantized after the relu
+            if other.quant.fused_into == node.name:
+                other.quant.fused_into = None
+                other.quant.activation_float_reason = f"fused with {node.name!r}, which is {reason}"
+        left.append(node.name)
+    return left
+
+
+def _only_outputs(graph: Graph, name: str) -> bool:
+    """Whether ``name``'s output reaches nothing but model outputs (through ops that only move values)."""
+    return all(r.kind in VALUE_PRESERVING and _only_outputs(graph, r.name) for r in graph.successors(name))
+
+
+def float_tail(graph: Graph) -> list[str]:
+    """The nodes at the end of the model that compute in float: no grid on their output,
+    and every value they give reaches only model outputs or other such nodes (a model
+    output left unrounded, the ``conv`` of an unrounded ``conv -> relu`` output, a last
+    layer kept float). A runtime computes them after dequantizing their inputs; nothing
+    inside the model reads them. In topological order."""
+    outputs = {n for n, _ in graph.outputs}
+    tail: set[str] = set()
+    for node in reversed(graph.nodes()):
+        readers = graph.successors(node.name)
+        if (
+            node.kind != OpKind.INPUT
+            and node.quant.activation is None
+            and (readers or node.name in outputs)
+            and all(r.name in tail for r in readers)
+        ):
+            tail.add(node.name)
+    for node in graph.nodes():  # an op that only moves values is unrounded when what it moves is
+        if node.name in tail and node.kind in VALUE_PRESERVING:
+            if not all(e.src in tail for e in graph.in_edges(node.name)):
+                tail.discard(node.name)
+    return [n.name for n in graph.nodes() if n.name in tail]
+
+
 def mark_model_outputs(graph: Graph) -> list[str]:
     """Mark the quantizer of each model output (the node itself, or the node whose grid an
     output that only moves values carries) as a model output, with the values each sample
     gives it and its function's bounds. Returns the nodes marked."""
     marked = []
     for name, _ in graph.outputs:
-        node = graph.node(name)
-        while node.quant.activation is None and node.kind in VALUE_PRESERVING:
-            edges = graph.in_edges(node.name)
-            if len(edges) != 1:
-                break
-            node = graph.node(edges[0].src)
+        node = output_carrier(graph, name)
         act = node.quant.activation
         if act is None or node.name in marked:
             continue

@@ -73,6 +73,13 @@ class CoreConfig:
             more than 8 bits, and says so when nothing integer restores the output. A
             ``target_platform_capabilities`` makes the target integer-only too, with the
             bit-widths that platform lists.
+        quantize_outputs: whether the model's outputs are put on a grid too. None (the
+            default): on an integer-only target (``integer_only``, a target platform) yes,
+            as MCT does; otherwise they are handed on unrounded, as PyTorch's pt2e and
+            Intel NNCF do (the layers computing them still read quantized inputs with
+            quantized weights), which keeps a detector whose one output joins pixel boxes
+            and 0-1 scores from rounding its scores away. False on an integer-only target
+            is an error.
 
     Precedence, from weakest to strongest: the platform's defaults and per-operator rules,
     values of ``quantization_config`` set away from their defaults, the
@@ -88,6 +95,14 @@ class CoreConfig:
     keep_float: KeepFloat | Sequence[KeepFloat] = ()
     target_platform_capabilities: object = None
     integer_only: bool = False
+    quantize_outputs: bool | None = None
+
+    @property
+    def outputs_float(self) -> bool:
+        """Whether the model's outputs stay unrounded (``quantize_outputs``)."""
+        if self.quantize_outputs is not None:
+            return not self.quantize_outputs
+        return not (self.integer_only or self.target_platform_capabilities is not None)
 
     @property
     def keep_float_rules(self) -> list[KeepFloat]:
@@ -106,6 +121,14 @@ class CoreConfig:
             )
         if not isinstance(self.integer_only, bool):
             raise ConfigurationError(f"integer_only must be True or False; got {self.integer_only!r}")
+        if self.quantize_outputs is not None and not isinstance(self.quantize_outputs, bool):
+            raise ConfigurationError(f"quantize_outputs must be None, True or False; got {self.quantize_outputs!r}")
+        if self.quantize_outputs is False and (self.integer_only or self.target_platform_capabilities is not None):
+            target = "integer_only=True" if self.integer_only else "a target_platform_capabilities"
+            raise ConfigurationError(
+                f"quantize_outputs=False leaves the model's outputs float, which an integer-only target ({target}) "
+                "cannot run; leave quantize_outputs at None (or True) for that target"
+            )
         self.quantization_config.validate()
         self.debug_config.validate()
         if not (isinstance(self.keep_float, KeepFloat) or _is_rule_list(self.keep_float)):

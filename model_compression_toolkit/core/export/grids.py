@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from model_compression_toolkit.core.calibration.outputs import float_tail
 from model_compression_toolkit.core.graph import VALUE_PRESERVING, Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import QuantGrid
 
@@ -126,9 +127,12 @@ def tflite_int8_problems(graph: Graph) -> list[str]:
 
     TFLite's int8 kernels need every tensor between two ops on an int8 grid, per-channel
     weights symmetric (zero point 0) and at most 8 bits; activations of more than 8 bits
-    exist only in a whole-model 16x8 mode.
+    exist only in a whole-model 16x8 mode. The layers at the model's end that hand their
+    result on unrounded (`float_tail`: a model output left float) are no problem: the
+    converter writes a DEQUANTIZE before them and runs them in float.
     """
     problems = []
+    tail = set(float_tail(graph))  # run in float after a DEQUANTIZE: TFLite's converter writes them so
     for node in graph.nodes():
         q, act = node.quant, node.quant.activation
         for wname, cfg in q.weights.items():
@@ -143,6 +147,8 @@ def tflite_int8_problems(graph: Graph) -> list[str]:
                 problems.append(
                     f"{node.name!r} ({node.layer_type}): {cfg.n_bits}-bit {wname} weights; TFLite int8 holds at most 8"
                 )
+        if node.name in tail:
+            continue
         if act is not None and act.grid is not None:
             if bits(act.grid) > 8:
                 problems.append(
@@ -175,6 +181,20 @@ def tflite_int8_problems(graph: Graph) -> list[str]:
             continue
         problems.append(f"{node.name!r} ({node.layer_type}): its output stays float ({_act_reason(node)})")
     return problems
+
+
+def float_tail_notes(graph: Graph, runs: str) -> list[str]:
+    """A note naming the layers that hand the model's outputs on unrounded (`float_tail`),
+    and how the runtime computes them (``runs``); none when the outputs are on grids."""
+    tail = float_tail(graph)
+    if not tail:
+        return []
+    names = ", ".join(repr(n) for n in tail[:4]) + (f" and {len(tail) - 4} more" if len(tail) > 4 else "")
+    return [
+        f"{names} hand the model's outputs on unrounded, as quantized for a target that runs float: {runs}; "
+        "quantize with CoreConfig(integer_only=True) (or quantize_outputs=True) for a file that is integer "
+        "up to its outputs"
+    ]
 
 
 def onnx_problems(graph: Graph, opset: int) -> list[str]:

@@ -195,12 +195,16 @@ def suggest_fix(
     if probe is None:
         fix = _fix(graph, causes, {}, {}, l_p_value, stats, menu)
         fix = _cost(graph, fix, fixed_graph(graph, fix, l_p_value, stats))
-        fix.integer_only, fix.target = menu.integer_only, menu.target
+        fix.integer_only, fix.target, fix.quantize_outputs = menu.integer_only, menu.target, menu.quantize_outputs
         return fix
     search = _Search(graph, probe, l_p_value, stats, menu)
     # nothing to fix: no cause and every part over the cause bound (`OutputImpact.cause_view`)
     if not causes and search.impact_before.cause_view().sqnr_db >= CAUSE_DB:
-        return _cost(graph, SuggestedFix(integer_only=menu.integer_only, target=menu.target), graph)
+        return _cost(
+            graph,
+            SuggestedFix(integer_only=menu.integer_only, target=menu.target, quantize_outputs=menu.quantize_outputs),
+            graph,
+        )
     tried: list[SuggestedFix] = []
     if causes and has_outlier_channels(entries):
         variant = equalized_variant(graph, probe, l_p_value)
@@ -237,7 +241,8 @@ def suggest_fix(
     chosen = choose(useful, menu) if useful else _cost(graph, SuggestedFix(output_sqnr_db_before=search.before), graph)
     # a copy: the candidates hold the chosen fix, never the fix that lists them (no cycle)
     best = dataclasses.replace(chosen, candidates=[])
-    best.integer_only, best.target = menu.integer_only, menu.target
+    for fix in [*tried, best]:
+        fix.integer_only, fix.target, fix.quantize_outputs = menu.integer_only, menu.target, menu.quantize_outputs
     best.alternatives = [alternative(f, f is chosen) for f in tried] + not_allowed(entries, graph, menu)
     best.candidates = list(tried)
     if best.spread:

@@ -86,6 +86,8 @@ class FixMenu:
 
     Attributes:
         integer_only: no layer may stay float.
+        quantize_outputs: the call puts the model's outputs on grids on a target that runs
+            float (``CoreConfig(quantize_outputs=True)``): a fix's snippet says so too.
         weight_bits: the weight bit-widths a layer may get.
         activation_bits: the bits an activation may get to keep it on an integer grid
             (16), or None when the target has none above its default.
@@ -107,6 +109,7 @@ class FixMenu:
     prefer_equalization: bool = True
     metric: FixMetric | None = field(default=None, compare=False)
     moments: Callable[[Graph], Mapping[str, InputMoments]] | None = field(default=None, compare=False)
+    quantize_outputs: bool = False
 
     @classmethod
     def of(cls, config: CoreConfig) -> FixMenu:
@@ -130,7 +133,7 @@ class FixMenu:
                 f"integer-only (int{INTEGER_MAX_BITS})",
                 True,
             )
-        return cls()
+        return cls(quantize_outputs=bool(config.quantize_outputs))
 
     def more_weight_bits(self, now: int) -> tuple[int, ...]:
         return tuple(b for b in self.weight_bits if b > now)

@@ -109,6 +109,9 @@ class SuggestedFix(Sequence):
         equalized_pairs: the layers it equalizes, ``"conv2 -> act2 -> pool -> conv3"``.
         alternatives: every fix tried for the causes, what each gives and costs.
         integer_only: the fix was chosen for an integer-only target (nothing float).
+        quantize_outputs: the fix was chosen for a call that puts the model's outputs on
+            grids on a target that runs float (``CoreConfig(quantize_outputs=True)``); its
+            snippet and `apply` say so too (a bit-width for an output needs its grid).
         target: that target, in words.
         note: what to know beyond the fix (no fix tried restores, and what each gave).
         candidates: every fix measured, as fixes (``alternatives`` words them): apply any of
@@ -139,6 +142,7 @@ class SuggestedFix(Sequence):
     integer_only: bool = False
     target: str | None = None
     note: str | None = None
+    quantize_outputs: bool = False
     candidates: list[SuggestedFix] = field(default_factory=list, repr=False, compare=False)
 
     @property
@@ -191,8 +195,13 @@ class SuggestedFix(Sequence):
             qc = dataclasses.replace(qc, activation_channel_equalization=True)
         if self.compensated_rounding:
             qc = dataclasses.replace(qc, weights_compensated_rounding=True)
+        outputs = True if self.quantize_outputs and config.quantize_outputs is None else config.quantize_outputs
         return dataclasses.replace(
-            config, keep_float=[*own, *self.rules], bit_width_config=bits, quantization_config=qc
+            config,
+            keep_float=[*own, *self.rules],
+            bit_width_config=bits,
+            quantization_config=qc,
+            quantize_outputs=outputs,
         )
 
     def code(self) -> str:
@@ -230,6 +239,8 @@ class SuggestedFix(Sequence):
             args.append(f"quantization_config=mct.core.QuantizationConfig({', '.join(given)})")
         if self.integer_only:
             args.append("integer_only=True")
+        elif self.quantize_outputs:
+            args.append("quantize_outputs=True")
         lines.append("core_config = mct.core.CoreConfig(" + ", ".join(args) + ")")
         return "\n".join(lines)
 
@@ -343,6 +354,7 @@ class SuggestedFix(Sequence):
             "equalized_pairs": list(self.equalized_pairs),
             "alternatives": [a.to_dict() for a in self.alternatives],
             "integer_only": self.integer_only,
+            "quantize_outputs": self.quantize_outputs,
             "target": self.target,
             "note": self.said_note,
         }
