@@ -33,6 +33,7 @@ from model_compression_toolkit.core.graph import Graph, Node
 from model_compression_toolkit.core.info import float_layers
 from model_compression_toolkit.core.memory import FLOAT_BITS, NodeMemory, activation_bits, graph_memory, total
 from model_compression_toolkit.core.numbers import json_safe
+from model_compression_toolkit.core.preparation import OUTPUT_FLOAT
 from model_compression_toolkit.core.similarity.analysis import PairHistogram, SimilarityResult
 from model_compression_toolkit.core.similarity.causes import CAUSE_DB, QuantizerEntry
 from model_compression_toolkit.core.similarity.report import LayerSimilarity, SimilarityReport
@@ -163,7 +164,8 @@ def call_page(
 
 def settings_in_words(graph: Graph) -> str:
     """``"8-bit weights, 8-bit activations; conv2 weights at 2 bits; 1 layer kept float (relu2)"``:
-    the common bit-widths, then every layer that differs."""
+    the common bit-widths, then every layer that differs, then the layers whose model
+    outputs are handed on unrounded (a target that runs float)."""
     weights = {n.name: cfg.n_bits for n in graph.nodes() for cfg in list(n.quant.weights.values())[:1]}
     act_bits = {n.name: n.quant.activation.n_bits for n in graph.nodes() if n.quant.activation is not None}
     parts, odd = [], []
@@ -176,9 +178,12 @@ def settings_in_words(graph: Graph) -> str:
     text = ", ".join(parts) or "nothing quantized"
     if odd:
         text += "; " + _some(odd)
-    floats = list(float_layers(graph))
+    unrounded = [n.name for n in graph.nodes() if n.quant.activation_float_reason == OUTPUT_FLOAT]
+    floats = [name for name in float_layers(graph) if name not in unrounded]
     if floats:
         text += f"; {len(floats)} layer{'s' if len(floats) != 1 else ''} kept float ({_some(floats)})"
+    if unrounded:
+        text += f"; the model's outputs unrounded ({_some(unrounded)})"
     return text
 
 

@@ -81,6 +81,9 @@ def test_the_landing_page_lists_every_call_newest_first_with_its_numbers(logged)
             f"{q.name} {'output' if q.kind == 'activation' else 'weights'}" for q in info.similarity.causes()
         ]
     assert "at 2 bits" in calls[0]["settings"] and "at 2 bits" not in calls[1]["settings"]
+    # the default hands the classifier's output on unrounded: said as such, not as a layer kept float
+    (dense,) = [name for name, layer in plain.layers.items() if layer.kind == "dense"]
+    assert calls[1]["settings"].endswith(f"; the model's outputs unrounded ({dense})"), calls[1]["settings"]
     assert calls[1]["causes"] == [] and calls[1]["verdict"].startswith("Nothing to fix")
 
 
