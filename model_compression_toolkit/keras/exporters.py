@@ -103,8 +103,8 @@ class TFLiteInt8Exporter(_KerasExporter):
                 f"bias is {steps:.4f} steps of its layer's output grid",
                 *float_tail_notes(
                     self.graph,
-                    "the file runs them in float32 after a DEQUANTIZE, their weights stored as float32 values "
-                    "of their grids",
+                    "the file runs them in float32 after a DEQUANTIZE, with any weights they have stored as "
+                    "float32 values of their grids",
                 ),
             ],
             {"bias_rounding_steps": steps},
