@@ -94,10 +94,13 @@ class ExportResult(dict):
         return self.report.parity_ok
 
     def __repr__(self) -> str:
-        worst = max((p.max_steps or 0.0 for p in self.parity), default=0.0)
+        steps = [p.max_steps for p in self.parity if p.max_steps is not None]
+        cosines = [p.cosine for p in self.parity if p.cosine is not None]
+        # in steps of the outputs' grids; outputs handed on unrounded have none
+        worst = f"max {max(steps):.2f} steps" if steps else f"outputs unrounded, cos {min(cosines, default=1.0):.4f}"
         return (
             f"ExportResult({str(self.path)!r}, {self.serialization_format.name}/{self.quantization_format.name}, "
-            f"{self.file_bytes} bytes, parity {'ok' if self.parity_ok else 'FAILED'} (max {worst:.2f} steps)"
+            f"{self.file_bytes} bytes, parity {'ok' if self.parity_ok else 'FAILED'} ({worst}"
             + (f", first departing layer {first.layer!r})" if (first := self.parity.first_departure) else ")")
         )
 

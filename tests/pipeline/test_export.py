@@ -194,5 +194,6 @@ def test_default_quantization_exports_its_unrounded_output_as_a_float_last_layer
     (parity,) = result.parity
     assert result.parity_ok and parity.step is None and parity.max_steps is None, parity
     assert parity.top1_agreement == 1.0 and parity.cosine > 0.9999, parity
-    (note,) = [n for n in result.notes if "hand the model's outputs on unrounded" in n]
+    assert "parity ok (outputs unrounded, cos " in repr(result), repr(result)
+    (note,) = [n for n in result.notes if "hands the model's outputs on unrounded" in n]
     assert repr(last) in note and "quantize_outputs=True" in note, note

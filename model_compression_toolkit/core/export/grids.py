@@ -191,7 +191,8 @@ def float_tail_notes(graph: Graph, runs: str) -> list[str]:
         return []
     names = ", ".join(repr(n) for n in tail[:4]) + (f" and {len(tail) - 4} more" if len(tail) > 4 else "")
     return [
-        f"{names} hand the model's outputs on unrounded, as quantized for a target that runs float: {runs}; "
+        f"{names} hand{'s' if len(tail) == 1 else ''} the model's outputs on unrounded, as quantized for a "
+        f"target that runs float: {runs}; "
         "quantize with CoreConfig(integer_only=True) (or quantize_outputs=True) for a file that is integer "
         "up to its outputs"
     ]
