@@ -100,9 +100,12 @@ class CoreConfig:
     @property
     def outputs_float(self) -> bool:
         """Whether the model's outputs stay unrounded (``quantize_outputs``)."""
-        if self.quantize_outputs is not None:
-            return not self.quantize_outputs
-        return not (self.integer_only or self.target_platform_capabilities is not None)
+        return not self.quantize_outputs if self.quantize_outputs is not None else not self.integer_target
+
+    @property
+    def integer_target(self) -> bool:
+        """Whether the target runs integers only: ``integer_only``, or a target platform."""
+        return self.integer_only or self.target_platform_capabilities is not None
 
     @property
     def keep_float_rules(self) -> list[KeepFloat]:
@@ -123,7 +126,7 @@ class CoreConfig:
             raise ConfigurationError(f"integer_only must be True or False; got {self.integer_only!r}")
         if self.quantize_outputs is not None and not isinstance(self.quantize_outputs, bool):
             raise ConfigurationError(f"quantize_outputs must be None, True or False; got {self.quantize_outputs!r}")
-        if self.quantize_outputs is False and (self.integer_only or self.target_platform_capabilities is not None):
+        if self.quantize_outputs is False and self.integer_target:
             target = "integer_only=True" if self.integer_only else "a target_platform_capabilities"
             raise ConfigurationError(
                 f"quantize_outputs=False leaves the model's outputs float, which an integer-only target ({target}) "

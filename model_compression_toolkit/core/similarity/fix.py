@@ -194,17 +194,11 @@ def suggest_fix(
     causes = [e for e in entries if e.cause]
     if probe is None:
         fix = _fix(graph, causes, {}, {}, l_p_value, stats, menu)
-        fix = _cost(graph, fix, fixed_graph(graph, fix, l_p_value, stats))
-        fix.integer_only, fix.target, fix.quantize_outputs = menu.integer_only, menu.target, menu.quantize_outputs
-        return fix
+        return _for_target(_cost(graph, fix, fixed_graph(graph, fix, l_p_value, stats)), menu)
     search = _Search(graph, probe, l_p_value, stats, menu)
     # nothing to fix: no cause and every part over the cause bound (`OutputImpact.cause_view`)
     if not causes and search.impact_before.cause_view().sqnr_db >= CAUSE_DB:
-        return _cost(
-            graph,
-            SuggestedFix(integer_only=menu.integer_only, target=menu.target, quantize_outputs=menu.quantize_outputs),
-            graph,
-        )
+        return _for_target(_cost(graph, SuggestedFix(), graph), menu)
     tried: list[SuggestedFix] = []
     if causes and has_outlier_channels(entries):
         variant = equalized_variant(graph, probe, l_p_value)
@@ -242,7 +236,7 @@ def suggest_fix(
     # a copy: the candidates hold the chosen fix, never the fix that lists them (no cycle)
     best = dataclasses.replace(chosen, candidates=[])
     for fix in [*tried, best]:
-        fix.integer_only, fix.target, fix.quantize_outputs = menu.integer_only, menu.target, menu.quantize_outputs
+        _for_target(fix, menu)
     best.alternatives = [alternative(f, f is chosen) for f in tried] + not_allowed(entries, graph, menu)
     best.candidates = list(tried)
     if best.spread:
@@ -251,6 +245,12 @@ def suggest_fix(
     if causes and not best.restores:
         best.note = _no_restore_note(search, best, tried)
     return best
+
+
+def _for_target(fix: SuggestedFix, menu: FixMenu) -> SuggestedFix:
+    """``fix``, marked with the target it was chosen for (its snippet and `apply` say it)."""
+    fix.integer_only, fix.target, fix.quantize_outputs = menu.integer_only, menu.target, menu.quantize_outputs
+    return fix
 
 
 def _compensated(fix: SuggestedFix) -> SuggestedFix:
