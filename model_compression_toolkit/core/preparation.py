@@ -12,8 +12,9 @@ from typing import Protocol
 import numpy as np
 
 from model_compression_toolkit.core.calibration.outputs import keep_outputs_float, mark_model_outputs
-from model_compression_toolkit.core.composites import find_composites
+from model_compression_toolkit.core.composites import Composite, find_composites
 from model_compression_toolkit.core.config import KeepFloat, QuantizationConfig, QuantizationMethod
+from model_compression_toolkit.core.export.grids import tflite_fixed_range, tflite_fuses
 from model_compression_toolkit.core.graph import VALUE_PRESERVING, WEIGHTED, Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import (
     ActivationQuantConfig,
@@ -253,6 +254,7 @@ def assign_quantization(
     keep_float: Sequence[KeepFloat] = (),
     edits: Sequence[QuantizationEdit] = (),
     outputs_float: bool = False,
+    integer_ops: bool = False,
 ) -> None:
     """Decide for every node whether its weights and output are quantized, and why not.
 
@@ -260,7 +262,8 @@ def assign_quantization(
     activation: its own output stays float inside the fused pair; so is an activation
     written as ops (`quantize_composites_once`). Then ``edits`` change
     what was decided, in order; last, layers selected by ``keep_float`` rules keep their
-    weights and/or output in float. With ``outputs_float`` the model's outputs get no grid,
+    weights and/or output in float. With ``integer_ops`` (`CoreConfig.integer_ops`) the
+    grids sit where an int8 runtime holds tensors instead (`integer_runtime_grids`). With ``outputs_float`` the model's outputs get no grid,
     before the edits (`keep_outputs_float`): a bit-width an edit sets for one is an error
     that names ``quantize_outputs``.
     """
@@ -285,12 +288,13 @@ def assign_quantization(
             reason = f"fused with the activation {fused.name!r}: quantized after it"
             q.fused_into = fused.name
         if reason is None:
-            q.activation = default_activation(config)
-            if config.shift_negative_activation_correction and shift_negative_candidate(graph, node):
-                q.activation.shift_negative_ratio = float(config.shift_negative_ratio)
+            q.activation = _output_grid(graph, node, config)
         q.activation_float_reason = reason
         node.quant = q
-    quantize_composites_once(graph)
+    if integer_ops:
+        integer_runtime_grids(graph, config)
+    else:
+        quantize_composites_once(graph, find_composites(graph))
     if outputs_float:
         keep_outputs_float(graph, OUTPUT_FLOAT)
     for edit in edits:
@@ -305,18 +309,57 @@ def assign_quantization(
     mark_model_outputs(graph)  # their default grids leave room for unseen samples
 
 
-def quantize_composites_once(graph: Graph) -> None:
-    """Quantize a hard-swish or hard-sigmoid written as ops (`core.composites`) only at its
-    output, as a fused one is::
+def _output_grid(graph: Graph, node: Node, config: QuantizationConfig) -> ActivationQuantConfig:
+    q = default_activation(config)
+    if config.shift_negative_activation_correction and shift_negative_candidate(graph, node):
+        q.shift_negative_ratio = float(config.shift_negative_ratio)
+    return q
+
+
+def integer_runtime_grids(graph: Graph, config: QuantizationConfig) -> None:
+    """Put a grid on every tensor an int8 runtime holds (``CoreConfig(integer_only=True)``
+    without a platform), instead of where a float-capable target or a fused kernel needs one.
+
+    An int8 runtime (TFLite's kernels, ONNX Runtime's QDQ) applies only relu and relu6
+    inside the layer before them (`tflite_fuses`); any other activation reads the layer's
+    output from an int8 tensor. A hard-swish written as ops is one int8 kernel of its own
+    (TFLite's converter writes HARD_SWISH for it); any other activation written as ops runs
+    op by op::
+
+        conv -> q -> hard_swish -> q          (float target: conv -> hard_swish -> q)
+        conv -> q -> add(3) + relu6 -> mul(x, .) -> div(6) -> q
+        x -> add(3) + relu6 -> q -> div(6) -> q             (a hard-sigmoid)
+
+    so each of those tensors gets its own grid here; and a sigmoid, softmax or tanh writes
+    its output on the one grid the runtime's kernel has for it (`tflite_fixed_range`). The
+    model quantized is then the one the runtime computes, and it exports to int8 TFLite
+    with parity. A platform's fusing patterns decide this instead where one is given
+    (`core.tpc`).
+    """
+    swishes = [c for c in find_composites(graph) if c.function == "hardswish"]
+    quantize_composites_once(graph, swishes, fuse_source=False)
+    for node in graph.nodes():
+        q = node.quant
+        if q.fused_into is not None and not tflite_fuses(node, graph.node(q.fused_into)):
+            q.fused_into, q.activation_float_reason = None, None
+            q.activation = _output_grid(graph, node, config)
+        fixed = tflite_fixed_range(node)
+        if fixed is not None and q.activation is not None and q.activation.n_bits == 8:
+            q.activation.fixed_range = fixed
+
+
+def quantize_composites_once(graph: Graph, composites: Sequence[Composite], fuse_source: bool = True) -> None:
+    """Quantize each of ``composites`` (activations written as ops, `core.composites`) only
+    at its output, as a fused one is::
 
         x -> add(3) -> relu6 -> mul(x, .) -> div(6) -> q
              (float)  (float)  (float)
 
-    Each intermediate keeps no quantizer (its float reason says why); the layer that
-    computes ``x``, when nothing else reads it, is fused with the activation as
-    ``conv -> relu`` is. A node whose output cannot be quantized anyway is left alone.
+    Each intermediate keeps no quantizer (its float reason says why); with ``fuse_source``
+    the layer that computes ``x``, when nothing else reads it, is fused with the activation
+    as ``conv -> relu`` is. A node whose output cannot be quantized anyway is left alone.
     """
-    for composite in find_composites(graph):
+    for composite in composites:
         out = graph.node(composite.output)
         if out.quant.activation is None:
             continue  # the output itself stays float (a shape op, an empty tensor): nothing to move
@@ -326,7 +369,7 @@ def quantize_composites_once(graph: Graph) -> None:
                 q.activation, q.activation_float_reason, q.fused_into = None, composite.reason(), None
         source = graph.node(composite.source)
         inside = {*composite.inner, composite.output}
-        if (
+        if fuse_source and (
             source.quant.activation is not None
             and source.kind != OpKind.INPUT
             and not graph.is_output(source.name)

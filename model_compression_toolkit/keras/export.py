@@ -309,6 +309,40 @@ def describe_tflite(interp: Any, name: str) -> ExportedGraph:
     return ExportedGraph(name=name, ops=ops, tensors=tensors, inputs=inputs, outputs=outputs)
 
 
+def float_islands(graph: ExportedGraph) -> list[tuple[str, list[str]]]:
+    """The stretches of an int8 TFLite file computed in float between a DEQUANTIZE and a
+    QUANTIZE (ops TFLite's int8 kernels do not cover, such as Keras's ``hard_sigmoid``, which
+    the converter writes as a float ADD, RELU6 and DIV): per stretch, the layer whose grid it
+    ends on (read from the QUANTIZE's tensor, ``<layer>_fake_quant``) and its float op types.
+    A stretch that reaches a model output is the float tail, not an island."""
+    readers: dict[str, list[ExportedOp]] = {}
+    for op in graph.ops:
+        for t in op.inputs:
+            readers.setdefault(t, []).append(op)
+    islands = []
+    for start in (op for op in graph.ops if op.op_type == "DEQUANTIZE"):
+        seen, frontier, types, ends = set(), list(start.outputs), [], []
+        while frontier:
+            tensor = frontier.pop()
+            if tensor in graph.outputs:
+                ends = []
+                break
+            for op in readers.get(tensor, []):
+                if op.name in seen:
+                    continue
+                seen.add(op.name)
+                if op.op_type == "QUANTIZE":
+                    ends.append(op.outputs[0] if op.outputs else "")
+                else:
+                    types.append(op.op_type)
+                    frontier.extend(op.outputs)
+        if ends and types:
+            name = ends[0].split("/")[-2] if "/" in ends[0] else ends[0]
+            layer = name.split("_fake_quant")[0]
+            islands.append((layer, list(dict.fromkeys(types))))
+    return islands
+
+
 # ------------------------------------------------------------------ .keras
 def custom_objects() -> dict[str, type]:
     """What ``keras.models.load_model`` needs to load a quantized model saved as ``.keras``."""

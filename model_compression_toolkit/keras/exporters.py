@@ -33,6 +33,7 @@ from model_compression_toolkit.keras.export import (
     convert,
     custom_objects,
     describe_tflite,
+    float_islands,
     int8_model,
     interpreter,
     load_quantized,
@@ -101,6 +102,7 @@ class TFLiteInt8Exporter(_KerasExporter):
             [
                 "TFLite adds each bias as int32 on the scale input x weight; the largest change this makes to a "
                 f"bias is {steps:.4f} steps of its layer's output grid",
+                *_island_notes(describe_tflite(interpreter(path, delegates=False), path.name)),
                 *float_tail_notes(
                     self.graph,
                     "the file runs them in float32 after a DEQUANTIZE, with any weights they have stored as "
@@ -114,6 +116,21 @@ class TFLiteInt8Exporter(_KerasExporter):
         return TFLiteRuntime(
             path, list(self.graph.inputs), output_names(self.graph), self.quantization == "INT8"
         )
+
+
+def _island_notes(graph: ExportedGraph) -> list[str]:
+    """A note naming the layers an int8 file computes in float mid-model (`float_islands`)."""
+    islands = float_islands(graph)
+    if not islands:
+        return []
+    layers = [repr(layer) for layer, _ in islands]
+    names = ", ".join(layers[:4]) + (f" and {len(layers) - 4} more" if len(layers) > 4 else "")
+    types = ", ".join(dict.fromkeys(t for _, kinds in islands for t in kinds))
+    return [
+        f"the file computes {names} in float32 between a DEQUANTIZE and a QUANTIZE ({types}): TFLite has "
+        "no int8 kernel for them as written, so an integer-only delegate hands them back to the CPU; the "
+        "quantized model computes them the same way, between the same grids"
+    ]
 
 
 class TFLiteFakeQuantExporter(TFLiteInt8Exporter):

@@ -79,7 +79,8 @@ def test_signed_8_bit_grid_moves_into_uint8_with_zero_point_128():
 
 
 def _graph(
-    weights_bits=8, act_bits=8, method=QuantizationMethod.SYMMETRIC, fused_activation=None, function="relu"
+    weights_bits=8, act_bits=8, method=QuantizationMethod.SYMMETRIC, fused_activation=None, function="relu",
+    integer_ops=False,
 ):
     """input -> conv -> relu -> dense, as a backend would read it (channels-last kernels)."""
     g = Graph("g", "keras")
@@ -101,7 +102,7 @@ def _graph(
         g.add_edge(a, b)
     g.inputs, g.outputs = ["x"], [("dense", 0)]
     assign_quantization(g, QuantizationConfig(weights_n_bits=weights_bits, activation_n_bits=act_bits,
-                                              weights_quantization_method=method))  # fmt: skip
+                                              weights_quantization_method=method), integer_ops=integer_ops)  # fmt: skip
     for node in g.nodes():
         for cfg in node.quant.weights.values():
             t = np.abs(node.weights["kernel"]).max(axis=tuple(a for a in range(node.weights["kernel"].ndim)
@@ -111,10 +112,11 @@ def _graph(
                 if method != QuantizationMethod.UNIFORM
                 else uniform_grid(-t, t, cfg.n_bits)
             )
-        if node.quant.activation is not None:
-            node.quant.activation.grid = symmetric_grid(
-                4.0, node.quant.activation.n_bits, node.kind == OpKind.DENSE
-            )
+        act = node.quant.activation
+        if act is not None and act.fixed_range is not None:
+            act.grid = uniform_grid(*act.fixed_range, act.n_bits)
+        elif act is not None:
+            act.grid = symmetric_grid(4.0, act.n_bits, node.kind == OpKind.DENSE)
     return g
 
 
@@ -123,10 +125,18 @@ def test_tflite_int8_needs_integer_tensors_between_every_op():
     assert any("16-bit activations" in p for p in tflite_int8_problems(_graph(act_bits=16)))
     assert any("zero point" in p for p in tflite_int8_problems(_graph(method=QuantizationMethod.UNIFORM)))
     problems = tflite_int8_problems(_graph(function="sigmoid"))
+    hint = "quantize with CoreConfig(integer_only=True) to round it as an integer runtime does"
     assert problems == [
         "'conv' (Conv2D): its output is quantized only after 'act' (sigmoid), which TFLite cannot fuse into it, "
-        "so the tensor between them has no grid (only relu and relu6 fuse)"
+        f"so the tensor between them has no grid (only relu and relu6 fuse; {hint})",
+        "'act' (ReLU): TFLite's int8 kernel writes its output on a grid over [0, 0.996094] whatever grid it is "
+        f"given, and this one is not that grid ({hint})",
     ]
+    # quantized for an int8 runtime: the conv has its own grid, the sigmoid TFLite's fixed one
+    g = _graph(function="sigmoid", integer_ops=True)
+    assert g.node("conv").quant.activation is not None and g.node("conv").quant.fused_into is None
+    assert g.node("act").quant.activation.fixed_range == (0.0, 255 / 256)
+    assert tflite_int8_problems(g) == []
     g = _graph()
     g.node("act").quant.activation, g.node("act").quant.activation_float_reason = (
         None,

@@ -58,6 +58,41 @@ def test_keras_mobilenet_v2_runs_as_int8_tflite_and_matches(tmp_path):
     assert 0 < result.report.figures["bias_rounding_steps"] < 0.5
 
 
+@pytest.mark.slow
+def test_keras_mobilenet_v3_on_an_integer_target_runs_as_int8_tflite_and_matches(tmp_path):
+    """Hard-swish after its convs, squeeze-excites with a hard-sigmoid written as ops: with
+    ``integer_only`` every tensor TFLite holds has its grid, so the file is int8 from input to
+    output and computes the quantized model; for a float target the export is refused."""
+    import keras
+
+    from model_compression_toolkit.errors import ExportError
+
+    model = models.keras_application("MobileNetV3Small", input_size=64)
+    data = _data((8, 64, 64, 3))
+    q_model, _ = mct.ptq.keras_post_training_quantization(
+        model, data, dataclasses.replace(NO_SIMILARITY, integer_only=True)
+    )
+    result = mct.exporter.keras_export_model(q_model, tmp_path / "m.tflite", serialization_format="TFLITE",
+                                             quantization_format="INT8", repr_dataset=data)  # fmt: skip
+    (parity,) = result.parity
+    assert result.parity_ok and parity.cosine > 0.999, parity
+    assert result.parity.layers.first_departure is None  # every difference is the int32 biases
+    hard_swish = sum(
+        1 for layer in model.layers
+        if isinstance(layer, keras.layers.Activation) and "hard_silu" in str(layer.get_config()["activation"])
+    )  # fmt: skip
+    assert hard_swish > 0 and result.ops["HARD_SWISH"] == hard_swish
+    # int8 throughout but the input's Rescaling (x / 127.5 - 1, one layer TFLite writes as a
+    # float MUL and ADD), which the file computes in float and a note names
+    islands = [note for note in result.notes if "in float32 between a DEQUANTIZE" in note]
+    assert len(islands) == 1 and islands[0].startswith("the file computes 'rescaling' in float32"), islands
+    assert result.ops["DEQUANTIZE"] == 2  # after the input's QUANTIZE for the Rescaling, and the output
+    float_target, _ = mct.ptq.keras_post_training_quantization(model, data, INTEGER_OUTPUTS)
+    with pytest.raises(ExportError, match=r"TFLite cannot fuse into it.*CoreConfig\(integer_only=True\)"):
+        mct.exporter.keras_export_model(float_target, tmp_path / "f.tflite", serialization_format="TFLITE",
+                                        quantization_format="INT8")  # fmt: skip
+
+
 def test_two_inputs_and_two_outputs_keep_their_order_in_every_format(tmp_path):
     import keras
     import torch

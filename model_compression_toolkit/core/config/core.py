@@ -68,9 +68,11 @@ class CoreConfig:
             fix a similarity report suggests: ``info.similarity.suggested_fix()``).
         target_platform_capabilities: the platform the model is quantized for; the PTQ
             functions set it from their ``target_platform_capabilities`` argument.
-        integer_only: the target runs integers only (an int8 TFLite delegate, an NPU): the
-            similarity report's suggested fix never keeps a layer float and asks for no
-            more than 8 bits, and says so when nothing integer restores the output. A
+        integer_only: the target runs integers only (an int8 TFLite delegate, an NPU): every
+            tensor an int8 runtime holds gets a grid (only ReLU and ReLU6 fuse into the layer
+            before them; `core.preparation.integer_runtime_grids`), and the similarity
+            report's suggested fix never keeps a layer float and asks for no more than 8
+            bits, and says so when nothing integer restores the output. A
             ``target_platform_capabilities`` makes the target integer-only too, with the
             bit-widths that platform lists.
         quantize_outputs: whether the model's outputs are put on a grid too. None (the
@@ -106,6 +108,13 @@ class CoreConfig:
     def integer_target(self) -> bool:
         """Whether the target runs integers only: ``integer_only``, or a target platform."""
         return self.integer_only or self.target_platform_capabilities is not None
+
+    @property
+    def integer_ops(self) -> bool:
+        """Whether every tensor an int8 runtime holds gets a grid
+        (`core.preparation.integer_runtime_grids`): ``integer_only`` without a target
+        platform, whose own fusing patterns decide that otherwise."""
+        return self.integer_only and self.target_platform_capabilities is None
 
     @property
     def keep_float_rules(self) -> list[KeepFloat]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from model_compression_toolkit.core.calibration.outputs import float_tail
+from model_compression_toolkit.core.composites import find_composites
 from model_compression_toolkit.core.graph import VALUE_PRESERVING, Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import QuantGrid
 
@@ -114,8 +115,42 @@ TFLITE_FUSED_ACTIVATIONS = frozenset({"relu", "relu6"})
 TFLITE_FUSING_KINDS = frozenset(
     {OpKind.CONV, OpKind.DENSE, OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.CONCAT}
 )
+# How a model gets a grid on every tensor an int8 runtime holds (`core.preparation.integer_runtime_grids`)
+_INTEGER_HINT = "quantize with CoreConfig(integer_only=True) to round it as an integer runtime does"
 # Kinds whose output is not an activation: no grid needed anywhere.
 _NOT_ACTIVATIONS = frozenset({OpKind.CONSTANT, OpKind.SHAPE})
+
+
+# Outputs TFLite's int8 kernels write on a grid of their own (LOGISTIC, SOFTMAX: scale 1/256;
+# TANH: 1/128), whatever grid the model asks for: [min, max] of that grid
+TFLITE_FIXED_RANGES = {"sigmoid": (0.0, 255 / 256), "softmax": (0.0, 255 / 256), "tanh": (-1.0, 127 / 128)}
+
+
+def tflite_fixed_range(node: Node) -> tuple[float, float] | None:
+    """The grid TFLite's int8 kernel for ``node`` writes its output on, if it fixes one."""
+    function = "softmax" if node.kind == OpKind.SOFTMAX else node.attrs.get("function")
+    if node.kind not in (OpKind.SOFTMAX, OpKind.ACTIVATION) or node.fused_activation is not None:
+        return None
+    return TFLITE_FIXED_RANGES.get(str(function))
+
+
+def _on_range(grid: QuantGrid, low: float, high: float) -> bool:
+    """Whether ``grid`` is one per-tensor grid of 256 levels from ``low`` to ``high``."""
+    scale, zero_point = np.asarray(grid.scale, np.float64), np.asarray(grid.zero_point, np.float64)
+    if scale.size != 1 or grid.qmax - grid.qmin != 255:
+        return False
+    lo, hi = float((grid.qmin - zero_point) * scale), float((grid.qmax - zero_point) * scale)
+    return bool(np.isclose(lo, low, rtol=0, atol=1e-9) and np.isclose(hi, high, rtol=1e-6, atol=1e-9))
+
+
+def tflite_fuses(producer: Node, activation: Node) -> bool:
+    """Whether TFLite runs ``producer -> activation`` as one kernel (its
+    ``fused_activation_function``), so that the tensor between them needs no grid."""
+    return (
+        activation.attrs.get("function") in TFLITE_FUSED_ACTIVATIONS
+        and producer.kind in TFLITE_FUSING_KINDS
+        and producer.fused_activation is None
+    )
 
 
 def _act_reason(node: Node) -> str:
@@ -133,6 +168,11 @@ def tflite_int8_problems(graph: Graph) -> list[str]:
     """
     problems = []
     tail = set(float_tail(graph))  # run in float after a DEQUANTIZE: TFLite's converter writes them so
+    composites = find_composites(graph)
+    composite_inner = {name for composite in composites for name in composite.inner}
+    # TFLite's converter writes a hard-swish written as ops as one HARD_SWISH kernel: its
+    # inner tensors are no tensors of the file (the layer computing its input is checked)
+    swish_inner = {name for c in composites if c.function == "hardswish" for name in c.inner}
     for node in graph.nodes():
         q, act = node.quant, node.quant.activation
         for wname, cfg in q.weights.items():
@@ -147,12 +187,19 @@ def tflite_int8_problems(graph: Graph) -> list[str]:
                 problems.append(
                     f"{node.name!r} ({node.layer_type}): {cfg.n_bits}-bit {wname} weights; TFLite int8 holds at most 8"
                 )
-        if node.name in tail:
+        if node.name in tail or node.name in swish_inner:
             continue
         if act is not None and act.grid is not None:
             if bits(act.grid) > 8:
                 problems.append(
                     f"{node.name!r} ({node.layer_type}): {act.n_bits}-bit activations; TFLite int8 holds at most 8"
+                )
+            fixed = tflite_fixed_range(node)
+            if fixed is not None and not _on_range(act.grid, *fixed):
+                lo, hi = fixed
+                problems.append(
+                    f"{node.name!r} ({node.layer_type}): TFLite's int8 kernel writes its output on a grid over "
+                    f"[{lo:g}, {hi:g}] whatever grid it is given, and this one is not that grid ({_INTEGER_HINT})"
                 )
             if node.fused_activation not in (None, *TFLITE_FUSED_ACTIVATIONS):
                 problems.append(
@@ -166,20 +213,16 @@ def tflite_int8_problems(graph: Graph) -> list[str]:
             continue
         if q.fused_into is not None:
             after = graph.node(q.fused_into)
-            function = after.attrs.get("function")
-            if (
-                function in TFLITE_FUSED_ACTIVATIONS
-                and node.kind in TFLITE_FUSING_KINDS
-                and node.fused_activation is None
-            ):
+            if tflite_fuses(node, after):
                 continue
             problems.append(
                 f"{node.name!r} ({node.layer_type}): its output is quantized only after {q.fused_into!r} "
-                f"({function}), which TFLite cannot fuse into it, so the tensor between them has no grid "
-                "(only relu and relu6 fuse)"
+                f"({after.attrs.get('function')}), which TFLite cannot fuse into it, so the tensor between them "
+                f"has no grid (only relu and relu6 fuse; {_INTEGER_HINT})"
             )
             continue
-        problems.append(f"{node.name!r} ({node.layer_type}): its output stays float ({_act_reason(node)})")
+        hint = f"; {_INTEGER_HINT}" if node.name in composite_inner else ""
+        problems.append(f"{node.name!r} ({node.layer_type}): its output stays float ({_act_reason(node)}{hint})")
     return problems
 
 

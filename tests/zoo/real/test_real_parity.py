@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import model_compression_toolkit as mct
+from model_compression_toolkit.errors import ExportError
 from tests.zoo.real.cases import CASES
 from tests.zoo.real.wheels import missing
 
@@ -79,3 +80,52 @@ def test_ppocr_passes_export_parity_and_keeps_its_task(name, tmp_path):
     quantized, exported = case.evaluate(q_model), case.evaluate(_InRuntime(result.path))
     assert abs(exported[case.primary] - quantized[case.primary]) <= TASK_MARGIN, (quantized, exported)
     assert exported[case.primary] >= 0.8, exported
+
+
+class _InTFLite:
+    """An int8 TFLite file in TensorFlow's interpreter, called as the cases call a Keras model."""
+
+    def __init__(self, path, names) -> None:
+        from model_compression_toolkit.keras.export import interpreter
+
+        self.interp, self.names = interpreter(path), names
+
+    def __call__(self, x, training=False):
+        from model_compression_toolkit.keras.export import run_tflite
+
+        return tuple(run_tflite(self.interp, [np.asarray(x)], *self.names))
+
+
+def test_integer_only_ppocr_classifier_runs_as_int8_tflite_and_keeps_its_task(tmp_path):
+    """PP-LCNet's hard-swishes (written as ops) and squeeze-excites on an integer-only target:
+    each conv before a hard-swish holds an int8 tensor, the file runs every hard-swish as one
+    int8 HARD_SWISH kernel, passes parity, and reads the lines' orientation as the quantized
+    model does. Quantized for a float target the same model is refused as int8 TFLite."""
+    from model_compression_toolkit.core.export.grids import output_names
+    from model_compression_toolkit.pipeline.session import produced_graph
+
+    case = CASES["ppocr_cls_keras"]
+    if missing(case.weights):
+        pytest.skip(f"wheel not installed: {', '.join(missing(case.weights))} (make install)")
+    model, batches = case.make(), case.calibration()
+    config = mct.core.CoreConfig(integer_only=True, debug_config=mct.core.DebugConfig(analyze_similarity=False))
+    q_model, info = mct.ptq.keras_post_training_quantization(model, lambda: iter(batches), config)
+    reasons = [layer.activation_float_reason or "" for layer in info.layers.values()]
+    swishes = [r for r in reasons if "inside a hard-swish" in r]
+    assert swishes and not any("fused with the activation 'divide" in r for r in reasons)
+    result = mct.exporter.keras_export_model(
+        q_model, tmp_path / "cls.tflite", serialization_format="TFLITE", quantization_format="INT8",
+        repr_dataset=lambda: iter(batches),
+    )  # fmt: skip
+    assert result.parity_ok, result.report.to_dict()["parity"]
+    assert result.ops["HARD_SWISH"] == len(swishes) // 3  # add, clip and multiply inside each
+    graph = produced_graph(q_model)
+    exported = case.evaluate(_InTFLite(result.path, (list(graph.inputs), output_names(graph))))
+    quantized = case.evaluate(q_model)
+    assert abs(exported[case.primary] - quantized[case.primary]) <= TASK_MARGIN, (quantized, exported)
+    assert exported[case.primary] >= 0.8, exported
+    float_target, _ = mct.ptq.keras_post_training_quantization(model, lambda: iter(batches), NO_SIMILARITY)
+    with pytest.raises(ExportError, match=r"CoreConfig\(integer_only=True\)"):
+        mct.exporter.keras_export_model(
+            float_target, tmp_path / "float.tflite", serialization_format="TFLITE", quantization_format="INT8"
+        )

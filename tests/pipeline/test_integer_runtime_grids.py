@@ -1,0 +1,94 @@
+"""On an integer-only target the quantized model has a grid on every tensor an int8 runtime
+holds, so that a MobileNetV3-shaped model (hard-swish, a squeeze-excite hard-sigmoid written
+as ops, a softmax) exports to an all-int8 TFLite file that computes what was logged."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import model_compression_toolkit as mct
+from model_compression_toolkit.errors import ExportError
+from tests.fixtures.mobile import mobile_data, mobile_model
+
+FRAMEWORKS = ["pytorch", "keras"]
+
+
+def _quantize(framework: str, **config):
+    data = mobile_data(framework)
+    ptq = (
+        mct.ptq.pytorch_post_training_quantization
+        if framework == "pytorch"
+        else mct.ptq.keras_post_training_quantization
+    )
+    core = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False), **config)
+    q_model, info = ptq(mobile_model(framework), lambda: iter([[b] for b in data]), core_config=core)
+    return q_model, info, lambda: iter([[b] for b in data])
+
+
+def _by_type(info, kind: str) -> list:
+    return [layer for layer in info.layers.values() if layer.kind == kind]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_an_integer_only_target_rounds_every_tensor_an_int8_runtime_holds(framework):
+    _, float_target, _ = _quantize(framework)
+    _, integer, _ = _quantize(framework, integer_only=True)
+    stem, dw, se_reduce, se_expand, project = _by_type(integer, "conv")
+    # a target that runs float: the stem rounds after its hard-swish, the hard-sigmoid once
+    assert float_target.layers[stem.name].activation is None
+    assert "fused with the activation" in float_target.layers[stem.name].activation_float_reason
+    sigmoid_inner = [
+        layer for layer in float_target.layers.values()
+        if "inside a hard-sigmoid" in (layer.activation_float_reason or "")
+    ]  # fmt: skip
+    assert len(sigmoid_inner) == 2  # its add and relu6
+    # an int8 runtime: the stem, the dw conv (before the hard-swish written as ops) and the
+    # squeeze-excite's expand (before its gate) each hold an int8 tensor
+    for conv in (stem, dw, se_expand, project):
+        assert conv.activation is not None, conv
+    # relu fuses into the layer before it, as TFLite's kernels run it
+    assert se_reduce.activation is None and "fused with the activation" in se_reduce.activation_float_reason
+    reasons = [layer.activation_float_reason or "" for layer in integer.layers.values()]
+    assert not any("hard-sigmoid" in r for r in reasons)
+    assert sum("inside a hard-swish" in r for r in reasons) == 3  # one HARD_SWISH kernel
+    (softmax,) = _by_type(integer, "softmax")
+    assert softmax.activation["grid"]["scale"] == pytest.approx(1 / 256)  # the grid TFLite's kernel writes
+    assert softmax.activation["grid"]["zero_point"] == 0
+
+
+def test_integer_only_keras_exports_to_an_all_int8_tflite_file_with_parity(tmp_path):
+    q_model, _, data = _quantize("keras", integer_only=True)
+    result = mct.exporter.keras_export_model(
+        q_model, tmp_path / "m.tflite", serialization_format="TFLITE", quantization_format="INT8", repr_dataset=data
+    )
+    assert result.parity_ok, result.parity
+    (parity,) = result.parity
+    assert parity.max_steps <= 1 and parity.cosine > 0.999, parity
+    assert result.ops["HARD_SWISH"] == 2  # the activation and the one written as ops
+    assert result.ops["QUANTIZE"] == 1 and result.ops["DEQUANTIZE"] == 1  # int8 from input to output
+    assert result.ops["SOFTMAX"] == 1
+
+
+def test_a_float_target_model_is_refused_as_int8_tflite_with_the_setting_that_fixes_it(tmp_path):
+    q_model, _, _ = _quantize("keras", quantize_outputs=True)
+    with pytest.raises(ExportError) as err:
+        mct.exporter.keras_export_model(
+            q_model, tmp_path / "m.tflite", serialization_format="TFLITE", quantization_format="INT8"
+        )
+    message = str(err.value)
+    assert "'stem' (Conv2D): its output is quantized only after 'hardswish'" in message
+    assert re.search(r"'add(_\d+)?' \(add\): its output stays float \(inside a hard-sigmoid written as ops", message)
+    assert "'softmax' (Softmax): TFLite's int8 kernel writes its output on a grid over [0, 0.996094]" in message
+    assert message.count("CoreConfig(integer_only=True)") >= 3
+    assert not list(tmp_path.iterdir())
+
+
+def test_integer_only_pytorch_exports_to_onnx_with_parity(tmp_path):
+    q_model, _, data = _quantize("pytorch", integer_only=True)
+    result = mct.exporter.pytorch_export_model(q_model, tmp_path / "m.onnx", data)
+    assert result.parity_ok, result.parity
+    (parity,) = result.parity
+    assert parity.max_steps <= 1 and parity.cosine > 0.999, parity
+    assert result.runtime_ops["QLinearConv"] == 5
