@@ -49,7 +49,7 @@ class QuantizationEdit(Protocol):
 
 def prepare_graph(graph: Graph, config: QuantizationConfig, keep_float: Sequence[KeepFloat] = ()) -> Graph:
     """Run every preparation transform in place and return the graph."""
-    for transform in (remove_no_ops, fold_constant_adds, fold_batch_norms, fold_constant_adds):
+    for transform in (remove_no_ops, fold_constant_adds, fold_batch_norms, fold_constant_muls, fold_constant_adds):
         transform(graph)
         graph.validate()
     assign_quantization(graph, config, keep_float)
@@ -143,9 +143,10 @@ def _remove_unused_constants(graph: Graph, name: str) -> None:
 
 
 def _per_channel_constant(graph: Graph, node: Node, prev: Node) -> tuple[str, np.ndarray] | None:
-    """The constant input of ``node`` (an add of ``prev``'s output and a constant, or a
-    subtraction of a constant from it) as one value per output channel of ``prev``, with the
-    constant's node name; None when it is not one (it broadcasts along other axes too)."""
+    """The constant input of ``node`` (an add or a product of ``prev``'s output and a
+    constant, or a subtraction of a constant from it) as one value per output channel of
+    ``prev``, with the constant's node name; None when it is not one (it broadcasts along
+    other axes too)."""
     edges = graph.in_edges(node.name)
     if len(edges) != 2 or not prev.output_shapes or prev.channel_axis is None:
         return None
@@ -165,6 +166,65 @@ def _per_channel_constant(graph: Graph, node: Node, prev: Node) -> tuple[str, np
     return const.src, -per_channel if node.kind == OpKind.SUB else per_channel
 
 
+def _foldable_into(graph: Graph, node: Node) -> Node | None:
+    """The conv or dense layer whose output ``node`` reads first, when a constant applied by
+    ``node`` can be folded into it: its kernel has output-channel axes, it applies no
+    activation of its own, ``node`` alone reads it and keeps its shape."""
+    prev = next(
+        (graph.node(e.src) for e in graph.in_edges(node.name) if e.src_index == 0 and graph.node(e.src).kind in _FOLDABLE),
+        None,
+    )
+    if (
+        prev is None
+        or prev.fused_activation is not None
+        or graph.consumers_count(prev.name) != 1
+        or "kernel" not in prev.weights
+        or not prev.kernel_axes.get("kernel")
+        or node.output_shapes[:1] != prev.output_shapes[:1]
+    ):
+        return None
+    return prev
+
+
+def _absorb(graph: Graph, node: Node, prev: Node, const: str) -> None:
+    """``prev`` now computes what ``node`` did: ``node`` and its constant leave the graph."""
+    prev.origin = prev.origin + node.origin
+    graph.redirect_uses(node.name, prev.name)
+    for edge in graph.in_edges(node.name):
+        graph.remove_edge(edge)
+    graph.remove_node(node.name)
+    _remove_unused_constants(graph, const)
+
+
+def fold_constant_muls(graph: Graph) -> None:
+    """Fold a constant a conv's or dense layer's output is multiplied by, one value per
+    output channel (or one for all), into the layer's kernel and bias: a batch norm or a
+    learnable scale exported as ``mul`` (PP-LCNetV3's affine blocks, through ONNX) left the
+    layer's output a tensor of its own that an int8 runtime holds and rounds::
+
+        conv -> mul(a) -> next      becomes      conv' -> next, kernel' = kernel * a, bias' = bias * a
+
+    Exact in float. The layer must feed only the multiplication, with no activation of its own.
+    """
+    for node in graph.find((OpKind.MUL,)):
+        prev = _foldable_into(graph, node)
+        found = None if prev is None else _per_channel_constant(graph, node, prev)
+        if prev is None or found is None:
+            continue
+        const, scale = found
+        kernel = prev.weights["kernel"]
+        axes = prev.kernel_axes["kernel"]
+        if int(np.prod([kernel.shape[a] for a in axes])) != scale.size:
+            continue
+        shape = [1] * kernel.ndim
+        for a in axes:
+            shape[a] = kernel.shape[a]
+        prev.weights["kernel"] = (kernel.astype(np.float64) * scale.reshape(shape)).astype(kernel.dtype)
+        if "bias" in prev.weights:
+            prev.weights["bias"] = (prev.weights["bias"].astype(np.float64) * scale).astype(kernel.dtype)
+        _absorb(graph, node, prev, const)
+
+
 def fold_constant_adds(graph: Graph) -> None:
     """Fold a constant added to (or subtracted from) a conv's or dense layer's output, one
     value per output channel, into the layer's bias: an exporter that writes a layer's bias
@@ -177,21 +237,9 @@ def fold_constant_adds(graph: Graph) -> None:
     Exact in float. The layer must feed only the add, with no activation of its own.
     """
     for node in graph.find((OpKind.ADD, OpKind.SUB)):
-        ins = graph.in_edges(node.name)
-        prev = next(
-            (graph.node(e.src) for e in ins if e.src_index == 0 and graph.node(e.src).kind in _FOLDABLE), None
-        )
-        if (
-            prev is None
-            or prev.fused_activation is not None
-            or graph.consumers_count(prev.name) != 1
-            or "kernel" not in prev.weights
-            or not prev.kernel_axes.get("kernel")
-            or node.output_shapes[:1] != prev.output_shapes[:1]
-        ):
-            continue
-        found = _per_channel_constant(graph, node, prev)
-        if found is None:
+        prev = _foldable_into(graph, node)
+        found = None if prev is None else _per_channel_constant(graph, node, prev)
+        if prev is None or found is None:
             continue
         const, shift = found
         kernel = prev.weights["kernel"]
@@ -199,12 +247,7 @@ def fold_constant_adds(graph: Graph) -> None:
         if bias.size != shift.size:
             continue
         prev.weights["bias"] = (bias.astype(np.float64) + shift).astype(kernel.dtype)
-        prev.origin = prev.origin + node.origin
-        graph.redirect_uses(node.name, prev.name)
-        for edge in graph.in_edges(node.name):
-            graph.remove_edge(edge)
-        graph.remove_node(node.name)
-        _remove_unused_constants(graph, const)
+        _absorb(graph, node, prev, const)
 
 
 def _fused_into(graph: Graph, node: Node) -> Node | None:

@@ -1,0 +1,75 @@
+"""A constant a conv's or linear layer's output is multiplied by, one value per output channel
+or one for all, is folded into the layer's kernel and bias (`preparation.fold_constant_muls`):
+PP-LCNetV3's affine blocks through ONNX (``conv -> mul(a) -> add(b)``) left the conv's output
+a tensor an int8 runtime holds and rounds before the scale.
+
+PyTorch only, as tests/core/test_constant_adds.py: its reader keeps such a constant as a
+graph node (``get_attr``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from model_compression_toolkit.core.config import QuantizationConfig
+from model_compression_toolkit.core.graph import OpKind
+from model_compression_toolkit.core.preparation import prepare_graph
+from model_compression_toolkit.pipeline.backends import get_backend
+
+
+class _Affine(nn.Module):
+    """``conv -> * a -> + b -> relu -> pool -> linear -> * k``: a learnable scale and shift
+    after the conv (some of ``a`` negative), one scale for all of the linear layer's outputs."""
+
+    def __init__(self, scale_shape: tuple[int, ...] = (1, 8, 1, 1)) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.register_buffer("a", torch.randn(scale_shape))
+        self.register_buffer("b", torch.randn(1, 8, 1, 1))
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 5)
+        self.register_buffer("k", torch.tensor([0.25]))
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x) * self.a + self.b)
+        return self.fc(torch.flatten(self.pool(y), 1)) * self.k
+
+
+def _x() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((4, 3, 12, 12)).astype(np.float32)
+
+
+def _prepared(model: nn.Module):
+    backend = get_backend(model)
+    graph, _ = backend.read(model, [_x()])
+    return backend, prepare_graph(graph, QuantizationConfig())
+
+
+def test_a_per_channel_and_a_single_scale_fold_into_the_kernel_and_bias_exactly():
+    model = _Affine().eval()
+    backend, graph = _prepared(model)
+    assert not {OpKind.MUL, OpKind.ADD, OpKind.CONSTANT} & {n.kind for n in graph.nodes()}
+    conv, fc = graph.node("conv"), graph.node("fc")
+    a = model.a.numpy().reshape(-1)
+    assert (a < 0).any()  # a negative scale flips the channel: still exact
+    np.testing.assert_allclose(conv.weights["kernel"], model.conv.weight.detach().numpy() * a[:, None, None, None], rtol=1e-6)
+    np.testing.assert_allclose(
+        conv.weights["bias"], model.conv.bias.detach().numpy() * a + model.b.numpy().reshape(-1), rtol=1e-5
+    )
+    np.testing.assert_allclose(fc.weights["kernel"], model.fc.weight.detach().numpy() * 0.25, rtol=1e-6)
+    assert conv.origin[-2:] == ["mul", "add"] and fc.origin[-1] == "mul_1"
+    with torch.no_grad():
+        want = model(torch.from_numpy(_x())).numpy()
+    got = backend.forward(backend.build(graph, quantized=False), [_x()])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 12, 12), (1, 1, 1, 12)])  # along the map / the width: not a scale
+def test_a_constant_that_is_not_one_per_channel_stays_a_mul(shape):
+    model = _Affine(shape).eval()
+    _, graph = _prepared(model)
+    assert "mul" in {n.name for n in graph.nodes()}
+    np.testing.assert_array_equal(graph.node("conv").weights["kernel"], model.conv.weight.detach().numpy())
