@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from model_compression_toolkit.core.composites import find_composites
 from model_compression_toolkit.core.config import ResourceUtilization
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.memory import FLOAT_BITS, NodeMemory, activation_bits, graph_memory, total
@@ -110,13 +111,20 @@ def float_layers(graph: Graph) -> dict[str, str]:
     is quantized and their output is stored in float (neither quantized by them, nor by
     the activation they are fused with, nor carried from a quantized input).
 
-    A conv fused with its ReLU (its weights 8-bit, its output quantized after the ReLU) or a
-    flatten after a quantized layer is *not* a float layer."""
+    A conv fused with its ReLU (its weights 8-bit, its output quantized after the ReLU), an
+    op inside an activation written as ops that is quantized at its end (a hard-swish's
+    ``add``, `core.composites`) or a flatten after a quantized layer is *not* a float layer."""
     bits = activation_bits(graph)
+    inside = {
+        name
+        for composite in find_composites(graph)
+        if graph.node(composite.output).quant.activation is not None
+        for name in composite.inner
+    }
     return {
         n.name: n.quant.activation_float_reason or n.quant.weights_float_reason or "not quantized"
         for n in graph.nodes()
-        if not n.quant.weights and bits[n.name] == FLOAT_BITS and _holds_float_tensor(n)
+        if not n.quant.weights and bits[n.name] == FLOAT_BITS and _holds_float_tensor(n) and n.name not in inside
     }
 
 
@@ -129,7 +137,7 @@ class LayerCounts:
         quantized: layers with a quantizer of their own (quantized weights or output).
         kept_float: layers the quantized model runs in float (`float_layers`).
         other: the rest, which have nothing of their own to quantize: fused into the
-            activation after them, only moving their input's quantized values (flatten,
+            activation after them or inside one written as ops, only moving their input's quantized values (flatten,
             reshape), or producing no floating-point tensor (shapes, constants, integer inputs).
     """
 

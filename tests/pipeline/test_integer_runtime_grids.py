@@ -44,6 +44,9 @@ def test_an_integer_only_target_rounds_every_tensor_an_int8_runtime_holds(framew
         if "inside a hard-sigmoid" in (layer.activation_float_reason or "")
     ]  # fmt: skip
     assert len(sigmoid_inner) == 2  # its add and relu6
+    # which are fused into the activation, not layers kept float: only the unrounded output is
+    (softmax,) = _by_type(integer, "softmax")
+    assert set(float_target.float_layers) == {softmax.name} and float_target.counts.kept_float == 1
     # an int8 runtime: the stem, the dw conv (before the hard-swish written as ops) and the
     # squeeze-excite's expand (before its gate) each hold an int8 tensor
     for conv in (stem, dw, se_expand, project):
@@ -53,7 +56,6 @@ def test_an_integer_only_target_rounds_every_tensor_an_int8_runtime_holds(framew
     reasons = [layer.activation_float_reason or "" for layer in integer.layers.values()]
     assert not any("hard-sigmoid" in r for r in reasons)
     assert sum("inside a hard-swish" in r for r in reasons) == 3  # one HARD_SWISH kernel
-    (softmax,) = _by_type(integer, "softmax")
     assert softmax.activation["grid"]["scale"] == pytest.approx(1 / 256)  # the grid TFLite's kernel writes
     assert softmax.activation["grid"]["zero_point"] == 0
 
