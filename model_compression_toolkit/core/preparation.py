@@ -297,7 +297,7 @@ def assign_quantization(
     keep_float: Sequence[KeepFloat] = (),
     edits: Sequence[QuantizationEdit] = (),
     outputs_float: bool = False,
-    integer_ops: bool = False,
+    grids_for: str = "float",
 ) -> None:
     """Decide for every node whether its weights and output are quantized, and why not.
 
@@ -305,8 +305,11 @@ def assign_quantization(
     activation: its own output stays float inside the fused pair; so is an activation
     written as ops (`quantize_composites_once`). Then ``edits`` change
     what was decided, in order; last, layers selected by ``keep_float`` rules keep their
-    weights and/or output in float. With ``integer_ops`` (`CoreConfig.integer_ops`) the
-    grids sit where an int8 runtime holds tensors instead (`integer_runtime_grids`). With ``outputs_float`` the model's outputs get no grid,
+    weights and/or output in float. ``grids_for`` (`CoreConfig.grids_for`): ``"float"``
+    rounds each activation written as ops once; ``"platform"`` only a hard-swish written
+    as ops (any other runs op by op on an integer target; the platform's fusing patterns
+    decide the rest, `core.tpc`); ``"int8"`` puts a grid where an int8 runtime holds a
+    tensor (`integer_runtime_grids`). With ``outputs_float`` the model's outputs get no grid,
     before the edits (`keep_outputs_float`): a bit-width an edit sets for one is an error
     that names ``quantize_outputs``.
     """
@@ -334,8 +337,12 @@ def assign_quantization(
             q.activation = _output_grid(graph, node, config)
         q.activation_float_reason = reason
         node.quant = q
-    if integer_ops:
+    if grids_for not in ("float", "int8", "platform"):
+        raise ValueError(f"grids_for must be 'float', 'int8' or 'platform'; got {grids_for!r}")
+    if grids_for == "int8":
         integer_runtime_grids(graph, config)
+    elif grids_for == "platform":
+        quantize_composites_once(graph, _hard_swishes(graph))
     else:
         quantize_composites_once(graph, find_composites(graph))
     if outputs_float:
@@ -359,6 +366,13 @@ def _output_grid(graph: Graph, node: Node, config: QuantizationConfig) -> Activa
     return q
 
 
+def _hard_swishes(graph: Graph) -> list[Composite]:
+    """The hard-swishes written as ops: one kernel on an integer target (TFLite's converter
+    writes ``HARD_SWISH`` for them; MCT's platforms list Hardswish), unlike the other
+    activations written as ops, which it runs op by op."""
+    return [c for c in find_composites(graph) if c.function == "hardswish"]
+
+
 def integer_runtime_grids(graph: Graph, config: QuantizationConfig) -> None:
     """Put a grid on every tensor an int8 runtime holds (``CoreConfig(integer_only=True)``
     without a platform), instead of where a float-capable target or a fused kernel needs one.
@@ -379,8 +393,7 @@ def integer_runtime_grids(graph: Graph, config: QuantizationConfig) -> None:
     with parity. A platform's fusing patterns decide this instead where one is given
     (`core.tpc`).
     """
-    swishes = [c for c in find_composites(graph) if c.function == "hardswish"]
-    quantize_composites_once(graph, swishes, fuse_source=False)
+    quantize_composites_once(graph, _hard_swishes(graph), fuse_source=False)
     for node in graph.nodes():
         q = node.quant
         if q.fused_into is not None and not tflite_fuses(node, graph.node(q.fused_into)):

@@ -256,7 +256,7 @@ class Session:
             qc = dataclasses.replace(qc, **{k: v for k, v in given.items() if v is not None})
             if bits.compensated_rounding:  # the kernels rounded with compensation (`select_thresholds`)
                 graph.meta[COMPENSATED] = True
-        assign_quantization(graph, qc, rules, edits, self.config.outputs_float, self.config.integer_ops)
+        assign_quantization(graph, qc, rules, edits, self.config.outputs_float, self.config.grids_for)
         graph.validate()
         return graph
 

@@ -80,7 +80,7 @@ def test_signed_8_bit_grid_moves_into_uint8_with_zero_point_128():
 
 def _graph(
     weights_bits=8, act_bits=8, method=QuantizationMethod.SYMMETRIC, fused_activation=None, function="relu",
-    integer_ops=False,
+    grids_for="float",
 ):
     """input -> conv -> relu -> dense, as a backend would read it (channels-last kernels)."""
     g = Graph("g", "keras")
@@ -102,7 +102,7 @@ def _graph(
         g.add_edge(a, b)
     g.inputs, g.outputs = ["x"], [("dense", 0)]
     assign_quantization(g, QuantizationConfig(weights_n_bits=weights_bits, activation_n_bits=act_bits,
-                                              weights_quantization_method=method), integer_ops=integer_ops)  # fmt: skip
+                                              weights_quantization_method=method), grids_for=grids_for)  # fmt: skip
     for node in g.nodes():
         for cfg in node.quant.weights.values():
             t = np.abs(node.weights["kernel"]).max(axis=tuple(a for a in range(node.weights["kernel"].ndim)
@@ -125,7 +125,7 @@ def test_tflite_int8_needs_integer_tensors_between_every_op():
     assert any("16-bit activations" in p for p in tflite_int8_problems(_graph(act_bits=16)))
     assert any("zero point" in p for p in tflite_int8_problems(_graph(method=QuantizationMethod.UNIFORM)))
     problems = tflite_int8_problems(_graph(function="sigmoid"))
-    hint = "quantize with CoreConfig(integer_only=True) to round it as an integer runtime does"
+    hint = "CoreConfig(integer_only=True) without a target platform quantizes as an int8 runtime rounds"
     assert problems == [
         "'conv' (Conv2D): its output is quantized only after 'act' (sigmoid), which TFLite cannot fuse into it, "
         f"so the tensor between them has no grid (only relu and relu6 fuse; {hint})",
@@ -133,7 +133,7 @@ def test_tflite_int8_needs_integer_tensors_between_every_op():
         f"given, and this one is not that grid ({hint})",
     ]
     # quantized for an int8 runtime: the conv has its own grid, the sigmoid TFLite's fixed one
-    g = _graph(function="sigmoid", integer_ops=True)
+    g = _graph(function="sigmoid", grids_for="int8")
     assert g.node("conv").quant.activation is not None and g.node("conv").quant.fused_into is None
     assert g.node("act").quant.activation.fixed_range == (0.0, 255 / 256)
     assert tflite_int8_problems(g) == []

@@ -15,7 +15,7 @@ from tests.fixtures.mobile import mobile_data, mobile_model
 FRAMEWORKS = ["pytorch", "keras"]
 
 
-def _quantize(framework: str, **config):
+def _quantize(framework: str, platform: str | None = None, **config):
     data = mobile_data(framework)
     ptq = (
         mct.ptq.pytorch_post_training_quantization
@@ -23,7 +23,11 @@ def _quantize(framework: str, **config):
         else mct.ptq.keras_post_training_quantization
     )
     core = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False), **config)
-    q_model, info = ptq(mobile_model(framework), lambda: iter([[b] for b in data]), core_config=core)
+    kwargs = {}
+    if platform is not None:
+        fw = "pytorch" if framework == "pytorch" else "tensorflow"
+        kwargs["target_platform_capabilities"] = mct.get_target_platform_capabilities(fw, platform)
+    q_model, info = ptq(mobile_model(framework), lambda: iter([[b] for b in data]), core_config=core, **kwargs)
     return q_model, info, lambda: iter([[b] for b in data])
 
 
@@ -94,3 +98,18 @@ def test_integer_only_pytorch_exports_to_onnx_with_parity(tmp_path):
     (parity,) = result.parity
     assert parity.max_steps <= 1 and parity.cosine > 0.999, parity
     assert result.runtime_ops["QLinearConv"] == 5
+
+
+def test_mcts_tflite_platform_runs_the_hard_sigmoid_op_by_op_and_exports_to_int8_tflite(tmp_path):
+    """A target platform is an integer target too: an activation written as ops other than a
+    hard-swish runs op by op there, its fusing patterns decide the rest (MCT's "tflite"
+    platform fuses a conv with its ReLU only), and the file computes the quantized model."""
+    q_model, info, data = _quantize("keras", platform="tflite")
+    reasons = [layer.activation_float_reason or "" for layer in info.layers.values()]
+    assert not any("hard-sigmoid" in r for r in reasons) and sum("inside a hard-swish" in r for r in reasons) == 3
+    assert info.layers["stem"].activation is not None  # the platform does not fuse it with the hard-swish
+    result = mct.exporter.keras_export_model(
+        q_model, tmp_path / "m.tflite", serialization_format="TFLITE", quantization_format="INT8", repr_dataset=data
+    )
+    assert result.parity_ok, result.parity
+    assert result.ops["HARD_SWISH"] == 2 and result.ops["DEQUANTIZE"] == 1

@@ -110,11 +110,13 @@ class CoreConfig:
         return self.integer_only or self.target_platform_capabilities is not None
 
     @property
-    def integer_ops(self) -> bool:
-        """Whether every tensor an int8 runtime holds gets a grid
-        (`core.preparation.integer_runtime_grids`): ``integer_only`` without a target
-        platform, whose own fusing patterns decide that otherwise."""
-        return self.integer_only and self.target_platform_capabilities is None
+    def grids_for(self) -> str:
+        """What the grids are placed for (`core.preparation.assign_quantization`): ``"int8"``
+        (``integer_only`` without a target platform: every tensor an int8 runtime holds),
+        ``"platform"`` (a target platform's fusing patterns decide) or ``"float"``."""
+        if self.target_platform_capabilities is not None:
+            return "platform"
+        return "int8" if self.integer_only else "float"
 
     @property
     def keep_float_rules(self) -> list[KeepFloat]:

@@ -116,7 +116,7 @@ TFLITE_FUSING_KINDS = frozenset(
     {OpKind.CONV, OpKind.DENSE, OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.CONCAT}
 )
 # How a model gets a grid on every tensor an int8 runtime holds (`core.preparation.integer_runtime_grids`)
-_INTEGER_HINT = "quantize with CoreConfig(integer_only=True) to round it as an integer runtime does"
+_INTEGER_HINT = "CoreConfig(integer_only=True) without a target platform quantizes as an int8 runtime rounds"
 # Kinds whose output is not an activation: no grid needed anywhere.
 _NOT_ACTIVATIONS = frozenset({OpKind.CONSTANT, OpKind.SHAPE})
 
