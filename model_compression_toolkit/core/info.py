@@ -137,8 +137,9 @@ class LayerCounts:
         quantized: layers with a quantizer of their own (quantized weights or output).
         kept_float: layers the quantized model runs in float (`float_layers`).
         other: the rest, which have nothing of their own to quantize: fused into the
-            activation after them or inside one written as ops, only moving their input's quantized values (flatten,
-            reshape), or producing no floating-point tensor (shapes, constants, integer inputs).
+            activation after them or inside one written as ops, only moving their input's
+            quantized values (flatten, reshape), or producing no floating-point tensor
+            (shapes, constants, integer inputs).
     """
 
     layers: int

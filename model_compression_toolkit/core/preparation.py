@@ -313,6 +313,8 @@ def assign_quantization(
     before the edits (`keep_outputs_float`): a bit-width an edit sets for one is an error
     that names ``quantize_outputs``.
     """
+    if grids_for not in ("float", "int8", "platform"):
+        raise ValueError(f"grids_for must be 'float', 'int8' or 'platform'; got {grids_for!r}")
     for node in graph.nodes():
         q = NodeQuantConfig()
         if node.kind in WEIGHTED and any(node.weights[w].size == 0 for w in node.kernel_axes if w in node.weights):
@@ -337,8 +339,6 @@ def assign_quantization(
             q.activation = _output_grid(graph, node, config)
         q.activation_float_reason = reason
         node.quant = q
-    if grids_for not in ("float", "int8", "platform"):
-        raise ValueError(f"grids_for must be 'float', 'int8' or 'platform'; got {grids_for!r}")
     if grids_for == "int8":
         integer_runtime_grids(graph, config)
     elif grids_for == "platform":
