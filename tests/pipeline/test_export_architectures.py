@@ -84,8 +84,9 @@ def test_keras_mobilenet_v3_on_an_integer_target_runs_as_int8_tflite_and_matches
     assert hard_swish > 0 and result.ops["HARD_SWISH"] == hard_swish
     # int8 throughout but the input's Rescaling (x / 127.5 - 1, one layer TFLite writes as a
     # float MUL and ADD), which the file computes in float and a note names
+    rescaling = next(layer.name for layer in model.layers if isinstance(layer, keras.layers.Rescaling))
     islands = [note for note in result.notes if "in float32 between a DEQUANTIZE" in note]
-    assert len(islands) == 1 and islands[0].startswith("the file computes 'rescaling' in float32"), islands
+    assert len(islands) == 1 and islands[0].startswith(f"the file computes {rescaling!r} in float32"), islands
     assert result.ops["DEQUANTIZE"] == 2  # after the input's QUANTIZE for the Rescaling, and the output
     float_target, _ = mct.ptq.keras_post_training_quantization(model, data, INTEGER_OUTPUTS)
     with pytest.raises(ExportError, match=r"TFLite cannot fuse into it.*CoreConfig\(integer_only=True\)"):
