@@ -311,8 +311,8 @@ def describe_tflite(interp: Any, name: str) -> ExportedGraph:
 
 def float_islands(graph: ExportedGraph) -> list[tuple[str, list[str]]]:
     """The stretches of an int8 TFLite file computed in float between a DEQUANTIZE and a
-    QUANTIZE (ops TFLite's int8 kernels do not cover, such as Keras's ``hard_sigmoid``, which
-    the converter writes as a float ADD, RELU6 and DIV): per stretch, the layer whose grid it
+    QUANTIZE (a layer TFLite writes as several ops with no grid between them, such as Keras's
+    ``hard_sigmoid`` or ``Rescaling``: a float ADD and MUL): per stretch, the layer whose grid it
     ends on (read from the QUANTIZE's tensor, ``<layer>_fake_quant``) and its float op types.
     A stretch that reaches a model output is the float tail, not an island."""
     readers: dict[str, list[ExportedOp]] = {}
