@@ -6,7 +6,7 @@ Each transform is one function over the graph; backends only say, through a node
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -95,10 +95,7 @@ def fold_batch_norms(graph: Graph) -> None:
         w = bn.weights
         scale = w["gamma"].astype(np.float64) / np.sqrt(w["variance"].astype(np.float64) + bn.attrs["epsilon"])
         kernel = prev.weights["kernel"]
-        axes = prev.kernel_axes["kernel"]
-        shape = [1] * kernel.ndim
-        for a in axes:
-            shape[a] = kernel.shape[a]
+        shape = _channel_shape(kernel, prev.kernel_axes["kernel"])
         prev.weights["kernel"] = (kernel * scale.reshape(shape)).astype(kernel.dtype)
         bias = prev.weights.get("bias", np.zeros(scale.size, dtype=kernel.dtype))
         prev.weights["bias"] = ((bias - w["mean"]) * scale + w["beta"]).astype(kernel.dtype)
@@ -186,6 +183,25 @@ def _foldable_into(graph: Graph, node: Node) -> Node | None:
     return prev
 
 
+def _constants_on_layers(graph: Graph, kinds: tuple[OpKind, ...]) -> Iterator[tuple[Node, Node, str, np.ndarray]]:
+    """Each node of ``kinds`` that applies a constant, one value per output channel, to a
+    layer's output it can be folded into (`_foldable_into`): the node, the layer, the
+    constant's node name and its values."""
+    for node in graph.find(kinds):
+        prev = _foldable_into(graph, node)
+        found = None if prev is None else _per_channel_constant(graph, node, prev)
+        if prev is not None and found is not None:
+            yield node, prev, *found
+
+
+def _channel_shape(kernel: np.ndarray, axes: Sequence[int]) -> list[int]:
+    """The shape that broadcasts one value per output channel (``axes``, C order) over ``kernel``."""
+    shape = [1] * kernel.ndim
+    for a in axes:
+        shape[a] = kernel.shape[a]
+    return shape
+
+
 def _absorb(graph: Graph, node: Node, prev: Node, const: str) -> None:
     """``prev`` now computes what ``node`` did: ``node`` and its constant leave the graph."""
     prev.origin = prev.origin + node.origin
@@ -206,19 +222,11 @@ def fold_constant_muls(graph: Graph) -> None:
 
     Exact in float. The layer must feed only the multiplication, with no activation of its own.
     """
-    for node in graph.find((OpKind.MUL,)):
-        prev = _foldable_into(graph, node)
-        found = None if prev is None else _per_channel_constant(graph, node, prev)
-        if prev is None or found is None:
-            continue
-        const, scale = found
+    for node, prev, const, scale in _constants_on_layers(graph, (OpKind.MUL,)):
         kernel = prev.weights["kernel"]
-        axes = prev.kernel_axes["kernel"]
-        if int(np.prod([kernel.shape[a] for a in axes])) != scale.size:
+        shape = _channel_shape(kernel, prev.kernel_axes["kernel"])
+        if int(np.prod(shape)) != scale.size:
             continue
-        shape = [1] * kernel.ndim
-        for a in axes:
-            shape[a] = kernel.shape[a]
         prev.weights["kernel"] = (kernel.astype(np.float64) * scale.reshape(shape)).astype(kernel.dtype)
         if "bias" in prev.weights:
             prev.weights["bias"] = (prev.weights["bias"].astype(np.float64) * scale).astype(kernel.dtype)
@@ -236,12 +244,7 @@ def fold_constant_adds(graph: Graph) -> None:
 
     Exact in float. The layer must feed only the add, with no activation of its own.
     """
-    for node in graph.find((OpKind.ADD, OpKind.SUB)):
-        prev = _foldable_into(graph, node)
-        found = None if prev is None else _per_channel_constant(graph, node, prev)
-        if prev is None or found is None:
-            continue
-        const, shift = found
+    for node, prev, const, shift in _constants_on_layers(graph, (OpKind.ADD, OpKind.SUB)):
         kernel = prev.weights["kernel"]
         bias = prev.weights.get("bias", np.zeros(shift.size, dtype=kernel.dtype))
         if bias.size != shift.size:
