@@ -308,13 +308,26 @@ def test_the_work_budget_takes_the_cheapest_layers_first(fw):
     assert rounding.compensated_layers(graph, budget=0.0) == {}
 
 
-def test_it_is_off_unless_asked_for(fw):
-    """Nearest rounding by default: no layer gets input moments."""
+def _compensated_kinds(fw, compensated: bool | None) -> list[str]:
+    """The kinds of the layers whose kernels a quantization of the smooth model rounds with
+    compensation (``compensated``: the flag, None: not given)."""
     from model_compression_toolkit.pipeline.session import produced_graph
 
     model = smooth_model(fw.name)
     calibration = layout(fw.name, signals(32, seed=1))
-    config = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(analyze_similarity=False))
+    qc = {} if compensated is None else {"weights_compensated_rounding": compensated}
+    config = mct.core.CoreConfig(
+        quantization_config=mct.core.QuantizationConfig(**qc),
+        debug_config=mct.core.DebugConfig(analyze_similarity=False),
+    )
     q_model, _ = fw.ptq(model, lambda: iter([[calibration]]), core_config=config)
     graph = produced_graph(q_model)
-    assert graph is not None and all(node.quant.input_moments is None for node in graph.nodes())
+    assert graph is not None
+    return [node.kind.name for node in graph.nodes() if node.quant.input_moments is not None]
+
+
+def test_it_is_on_by_default_and_off_when_asked(fw):
+    """By default both kernels are rounded with compensation; ``False`` rounds every weight
+    to nearest (no layer gets input moments), as MCT's PTQ does."""
+    assert _compensated_kinds(fw, None) == ["CONV", "DENSE"]
+    assert _compensated_kinds(fw, False) == []

@@ -59,6 +59,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from scipy.linalg import lapack
@@ -67,7 +68,7 @@ from model_compression_toolkit.core.calibration.bias_correction import _only_dat
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import QuantGrid, WeightsQuantConfig
 
-BLOCK = 1024  # columns compensated together: whole input channels up to this many columns
+BLOCK = 256  # columns compensated together: whole input channels up to this many columns
 MAX_ROWS = 1024  # rows (input positions) the second moments are estimated on, per layer
 ROWS_PER_BATCH = 512  # at most this many of one batch, so that several batches count
 DAMP = 0.01  # added to H's diagonal, times its mean diagonal
@@ -273,28 +274,32 @@ class InputMoments:
         each error compensated; ``scale``/``zero_point`` one per row or scalars.
         ``centered``: the layer's bias is corrected for the mean error (bias correction),
         so the errors are weighed by the inputs' covariance, not their second moments."""
-        out = np.array(matrix, np.float64)
-        scale = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1, 1), (out.shape[0], 1))
-        zp = np.broadcast_to(np.asarray(zero_point, np.float64).reshape(-1, 1), (out.shape[0], 1))
+        w = np.asarray(matrix, np.float64)
+        scale = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1, 1), (w.shape[0], 1))
+        zp = np.broadcast_to(np.asarray(zero_point, np.float64).reshape(-1, 1), (w.shape[0], 1))
         n = max(self.rows, 1)
-        for block, factors, acc in zip(self.blocks, self.factors(centered), self.sums(centered)):
-            w = out[:, block]
-            nearest = (np.clip(np.round(w / scale) + zp, grid.qmin, grid.qmax) - zp) * scale
-            if factors is None:
-                out[:, block] = nearest
-                continue
-            order, factor, added = factors
-            compensated, error = _compensate(w[:, order], factor, scale, zp, grid.qmin, grid.qmax)
-            # the greedy column order can do worse than nearest rounding (a grid far coarser
-            # than a channel's weights): each output channel keeps the rounding whose error
-            # on the calibration inputs, (q - w) H (q - w)^T with the damped H, is the smaller
-            delta = (nearest - w).astype(np.float32)
-            error_nearest = _output_error(delta, acc) / n + (delta[:, order] ** 2) @ added
-            rounded = np.empty_like(w)
-            rounded[:, order] = compensated
-            worse = error > error_nearest
-            rounded[worse] = nearest[worse]
-            out[:, block] = rounded
+        nearest = (np.clip(np.round(w / scale) + zp, grid.qmin, grid.qmax) - zp) * scale
+        out = nearest.copy()  # a block whose moments stay singular rounds to nearest
+        factors, sums = self.factors(centered), self.sums(centered)
+        widths: dict[int, list[int]] = {}  # blocks of one width are compensated together
+        for index, block in enumerate(self.blocks):
+            if factors[index] is not None:
+                widths.setdefault(block.stop - block.start, []).append(index)
+        for group in widths.values():
+            found = [cast(tuple[np.ndarray, np.ndarray, np.ndarray], factors[i]) for i in group]
+            ordered = np.stack([w[:, self.blocks[i]][:, order] for i, (order, _, _) in zip(group, found)])
+            compensated, errors = _compensate(ordered, np.stack([f[1] for f in found]), scale, zp, grid.qmin, grid.qmax)
+            for i, (order, _, added), rounded_in_order, error in zip(group, found, compensated, errors):
+                block = self.blocks[i]
+                # the greedy column order can do worse than nearest rounding (a grid far coarser
+                # than a channel's weights): each output channel keeps the rounding whose error
+                # on the calibration inputs, (q - w) H (q - w)^T with the damped H, is the smaller
+                delta = (nearest[:, block] - w[:, block]).astype(np.float32)
+                error_nearest = _output_error(delta, sums[i]) / n + (delta[:, order] ** 2) @ added
+                rounded = np.empty_like(rounded_in_order)
+                rounded[:, order] = rounded_in_order
+                better = error <= error_nearest
+                out[better, block] = rounded[better]
         return out
 
     def cached(self, key: tuple, kernel: np.ndarray) -> np.ndarray | None:
@@ -349,41 +354,44 @@ def _inverse_factor(h: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
 def _compensate(
     w: np.ndarray, u: np.ndarray, scale: np.ndarray, zp: np.ndarray, qmin: int, qmax: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """GPTQ's lazy-batch loop over the columns of ``w`` with the factor ``u``: each column
-    rounded to nearest, its error divided by ``u[i, i]`` moved onto the later columns along
-    ``u[i]`` (within the next ``_LAZY`` columns at once, beyond them a batch at a time).
-    Returns the rounded ``w`` and, per row, its error ``(q - w) H (q - w)^T`` on the damped
-    ``H`` that ``u`` factors: the sum of the squared scaled column errors (Optimal Brain
-    Surgeon's identity), for free.
+    """GPTQ's lazy-batch loop over the columns of each block of ``w`` (blocks, output
+    channels, columns) with its factor ``u`` (blocks, columns, columns): each column rounded
+    to nearest, its error divided by ``u[i, i]`` moved onto the later columns along ``u[i]``
+    (within the next ``_LAZY`` columns at once, beyond them a batch at a time). The blocks
+    of a layer are independent, so they go through the loop together: one Python step per
+    column of a block, not per column of the kernel.
+    Returns the rounded ``w`` and, per block and row, its error ``(q - w) H (q - w)^T`` on
+    the damped ``H`` that ``u`` factors: the sum of the squared scaled column errors
+    (Optimal Brain Surgeon's identity), for free.
     Worked on ``w``'s transpose, so that each column is a contiguous row; the integer range
     is shifted by the zero point once (``round(x / s) + z`` in ``[qmin, qmax]`` is
     ``round(x / s)`` in ``[qmin - z, qmax - z]`` for an integer ``z``)."""
-    wt = np.array(w.T, order="C")  # (columns, output channels)
+    wt = np.ascontiguousarray(np.swapaxes(w, 1, 2), dtype=np.float64)  # (blocks, columns, outputs)
     s = np.ascontiguousarray(scale.reshape(-1), dtype=np.float64)
     z = np.broadcast_to(zp.reshape(-1), s.shape)
     lo, hi = qmin - z, qmax - z
     q = np.empty_like(wt)
-    inverse_diagonal = 1.0 / np.diag(u)
-    n = wt.shape[0]
-    loss = np.zeros(wt.shape[1])
+    inverse_diagonal = 1.0 / np.diagonal(u, axis1=1, axis2=2)  # (blocks, columns)
+    blocks, n, outputs = wt.shape
+    loss = np.zeros((blocks, outputs))
     for a in range(0, n, _LAZY):
         b = min(a + _LAZY, n)
-        errors = np.empty((b - a, wt.shape[1]))
+        errors = np.empty((blocks, b - a, outputs))
         for i in range(a, b):
-            level = q[i]
-            np.divide(wt[i], s, out=level)
+            level = q[:, i]
+            np.divide(wt[:, i], s, out=level)
             np.round(level, out=level)
             np.clip(level, lo, hi, out=level)
             level *= s
-            error = errors[i - a]
-            np.subtract(wt[i], level, out=error)
-            error *= inverse_diagonal[i]
+            error = errors[:, i - a]
+            np.subtract(wt[:, i], level, out=error)
+            error *= inverse_diagonal[:, i, None]
             if i + 1 < b:
-                wt[i + 1 : b] -= u[i, i + 1 : b, None] * error
-        loss += np.einsum("ij,ij->j", errors, errors)
+                wt[:, i + 1 : b] -= u[:, i, i + 1 : b, None] * error[:, None, :]
+        loss += np.einsum("kij,kij->kj", errors, errors)
         if b < n:
-            wt[b:] -= u[a:b, b:].T @ errors
-    return q.T, loss
+            wt[:, b:] -= np.swapaxes(u[:, a:b, b:], 1, 2) @ errors
+    return np.swapaxes(q, 1, 2), loss
 
 
 # ----------------------------------------------------------------- which layers, how laid out
@@ -468,8 +476,10 @@ def compensated_layers(graph: Graph, budget: float = BUDGET) -> dict[str, tuple[
     found = []
     for index, node in enumerate(graph.nodes()):
         patches = patches_of(node)
-        source = input_source(graph, node) if patches is not None else None
-        if patches is not None and source is not None:
+        if patches is None:
+            continue
+        source = input_source(graph, node)
+        if source is not None:
             outputs = kernel_matrix(node, node.weights["kernel"]).shape[0]
             found.append((work(patches, outputs), index, node.name, source, patches))
     chosen, spent = {}, 0.0
@@ -483,10 +493,11 @@ def compensated_layers(graph: Graph, budget: float = BUDGET) -> dict[str, tuple[
 
 def work(patches: Patches, outputs: int) -> float:
     """The multiply-adds compensating a layer costs at most: its moments over ``MAX_ROWS``
-    rows, each block's factor, the rounding loop."""
-    total = float(patches.features) * _COLUMN_COST
-    for block in patches.blocks():
-        width = block.stop - block.start
+    rows, each block's factor, the rounding loop (one Python step per column of a block:
+    the blocks of one width go through it together)."""
+    widths = [block.stop - block.start for block in patches.blocks()]
+    total = float(sum(set(widths))) * _COLUMN_COST
+    for width in widths:
         total += MAX_ROWS * width * width + width**3 + outputs * width * width
     return total
 

@@ -133,7 +133,7 @@ class QuantizationConfig:
     l_p_value: float = 2.0
     histogram_bins: int = 2048
     weights_bias_correction: bool = True
-    weights_compensated_rounding: bool = False
+    weights_compensated_rounding: bool = True
     calibration_batches: int | None = 500
     z_threshold: float = math.inf
     shift_negative_activation_correction: bool = False

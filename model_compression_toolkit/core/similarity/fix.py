@@ -141,14 +141,15 @@ class _Search:
         self._compensable: bool | None = None
 
     def compensable(self) -> bool:
-        """Whether a candidate may round the kernels with their errors compensated: the call
+        """Whether a candidate may round every kernel with its errors compensated: the call
         collects the input moments it needs (`FixMenu.moments`, once, on first asking) and
-        the graph rounds some kernel to nearest that compensation applies to."""
+        the graph rounds some kernel to nearest that compensation applies to (by default
+        only the kernels that read a window are compensated)."""
         if self._compensable is None:
             graph, menu = self.graph, self.menu
-            rounded = any(n.quant.input_moments is not None for n in graph.nodes())
+            nearest = [n for n in compensated_layers(graph) if graph.node(n).quant.input_moments is None]
             self._compensable = False
-            if menu.moments is not None and not rounded and compensated_layers(graph):
+            if menu.moments is not None and nearest:
                 self.stats.moments = menu.moments(graph)
                 self._compensable = bool(self.stats.moments)
         return self._compensable
