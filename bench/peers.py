@@ -13,7 +13,8 @@ on the same held-out samples, in one process and with one torch:
   (every activation on a symmetric grid searched for the least error: the default before the
   grid was chosen per activation, the "before" column); once with the outputs on grids
   (``quantize_outputs=True``: what an integer-only target or MCT gets); once with
-  ``weights_compensated_rounding=True`` (opt-in: each kernel rounded with its errors
+  ``weights_compensated_rounding=False`` (every weight rounded to its nearest level, as MCT's
+  PTQ and the peers do: the default before each kernel was rounded with its errors
   compensated by its input's second moments); and once at the peers' scope
   (`peer_scope_float`): every activation kept float
   but the inputs of conv, linear and average pooling layers, the ones pt2e's
@@ -78,7 +79,7 @@ sys.path.insert(0, str(REPO))  # our package, tests.zoo.real and tutorials from 
 TOOLS = (
     "ours_symmetric",
     "ours",
-    "ours_compensated",
+    "ours_nearest",
     "ours_integer",
     "ours_peer_scope",
     "pt2e",
@@ -87,7 +88,7 @@ TOOLS = (
 HEADERS = {
     "ours_symmetric": "ours, symmetric activations (before)",
     "ours": "ours (default)",
-    "ours_compensated": "ours, compensated rounding",
+    "ours_nearest": "ours, kernels rounded to nearest (before)",
     "ours_integer": "ours, outputs on grids (an integer-only target's scope)",
     "ours_peer_scope": "ours, the peer's scope",
     "pt2e": "pt2e X86",
@@ -236,17 +237,17 @@ def quantize_ours(
     calibration: list[np.ndarray],
     symmetric: bool = False,
     keep: tuple[str, ...] = (),
-    compensated: bool = False,
+    nearest: bool = False,
     outputs: bool | None = None,
 ):
     """Our PTQ (with ``OURS_CONFIG``); ``keep``: layers whose outputs stay float (their weights
-    are quantized); ``compensated``: ``weights_compensated_rounding=True``; ``outputs``:
+    are quantized); ``nearest``: ``weights_compensated_rounding=False``; ``outputs``:
     ``CoreConfig(quantize_outputs=...)`` (None: the default, outputs unrounded on a target
     that runs float)."""
     import model_compression_toolkit as mct
 
     qc = mct.core.QuantizationConfig(
-        **{**OURS_CONFIG, **({"weights_compensated_rounding": True} if compensated else {})}
+        **{**OURS_CONFIG, **({"weights_compensated_rounding": False} if nearest else {})}
     )
     if symmetric:
         qc = mct.core.QuantizationConfig(
@@ -462,7 +463,7 @@ def measure(name: str, tools: tuple[str, ...]) -> dict[str, tuple[float, float, 
     runs = {
         "ours_symmetric": lambda m: quantize_ours(m, case.calibration, symmetric=True),
         "ours": lambda m: quantize_ours(m, case.calibration),
-        "ours_compensated": lambda m: quantize_ours(m, case.calibration, compensated=True),
+        "ours_nearest": lambda m: quantize_ours(m, case.calibration, nearest=True),
         "ours_integer": lambda m: quantize_ours(m, case.calibration, outputs=True),
         "ours_peer_scope": lambda m: quantize_ours(m, case.calibration, keep=peer_keep),
         "pt2e": lambda m: (
@@ -570,7 +571,9 @@ held-out values: ONet lost 2.4 dB so), and a model output is not clipped and lea
 its calibration values by the spread of the most extreme ones (RNet's box offsets reach 0.33
 on held-out faces against 0.26 in calibration). Bias correction counts the zeros a padded
 conv reads at its borders (the digits CNN's 3x3 convs with padding 1: 29.9 -> 30.7 dB).
-"The peer's scope" keeps
+Each kernel is rounded with its errors compensated by its input's second moments (GPTQ's
+rounding without gradients; the peers and MCT's PTQ round every weight to nearest, the
+"kernels rounded to nearest" column). "The peer's scope" keeps
 float every activation that no conv, linear or average pooling layer reads (through the
 reshapes, pads, max poolings and ReLUs that pass a grid on): the activations pt2e and NNCF
 leave float, with one exception, NNCF on ResNet-18, which also quantizes both inputs of each

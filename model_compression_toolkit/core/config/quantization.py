@@ -81,11 +81,11 @@ class QuantizationConfig:
             weights not yet rounded by the second moments of the layer's float input (its
             covariance where bias correction takes the mean error out; GPTQ's rounding,
             without gradients; see `core.calibration.rounding`). The grid is the same; the
-            layer's output error on correlated inputs is much smaller. Off by default (every
-            weight rounded to its nearest level, as MCT's PTQ does) for its cost: on the
-            bench's CNNs and the held-out real models it gives 1 to 9.5 dB of output SQNR
-            (bench/results/peers.md, heldout.md), and it adds up to about two seconds of
-            work to a PTQ call (two float passes on the zoo's 626-layer text recognizer).
+            layer's output error on correlated inputs is much smaller. On by default: on the
+            bench's models it gives up to 2 dB of 8-bit output SQNR (7.5 dB on the digits
+            CNN) over rounding each weight to nearest (bench/results/peers.md), for about
+            0.7 float passes of work on the zoo's 626-layer text recognizer. ``False``: every
+            weight rounded to its nearest level, as MCT's PTQ does.
         calibration_batches: at most this many batches of ``representative_data_gen`` are
             read to collect the statistics (MCT 1.x's ``n_iter``), so that a generator that
             never ends is read for a bounded time; None reads every batch (the generator
