@@ -30,10 +30,11 @@ goes through the menu, cheapest first, until a candidate restores::
       the causes' fix and every activation, or every weight, or both at 16 bits, and every
       activation at 16 bits with compensated rounding
 
-Compensated rounding (``QuantizationConfig(weights_compensated_rounding=True)``) keeps every
-grid and rounds the kernels with their errors compensated: no byte, no float layer, so it
-comes before more bits; its input moments come from the call (`FixMenu.moments`, on the
-calibration data, once a candidate asks). The search suggests the cheapest that restores
+Compensated rounding (``QuantizationConfig(weights_compensated_rounding=True)``, the default)
+keeps every grid and rounds the kernels with their errors compensated: no byte, no float
+layer, so it comes before more bits, where the call rounds kernels to nearest
+(``weights_compensated_rounding=False``); its input moments come from the call
+(`FixMenu.moments`, on the calibration data, once a candidate asks). The search suggests the cheapest that restores
 (no float layer first, then fewest bytes). When no candidate restores, it suggests the one
 that gives the most and says plainly, in ``fix.note``, that no fix tried restores and what
 each gave. YOLOv8n: every activation at 16 bits leaves its class scores, still on the head
@@ -143,8 +144,9 @@ class _Search:
     def compensable(self) -> bool:
         """Whether a candidate may round every kernel with its errors compensated: the call
         collects the input moments it needs (`FixMenu.moments`, once, on first asking) and
-        the graph rounds some kernel to nearest that compensation applies to (by default
-        only the kernels that read a window are compensated)."""
+        the graph rounds some kernel to nearest that compensation applies to (a call with
+        ``weights_compensated_rounding=False``; by default every such kernel within the work
+        budget is compensated already)."""
         if self._compensable is None:
             graph, menu = self.graph, self.menu
             nearest = [n for n in compensated_layers(graph) if graph.node(n).quant.input_moments is None]
