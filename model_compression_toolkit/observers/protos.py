@@ -434,11 +434,13 @@ def png_size(png: bytes) -> tuple[int, int, int]:
 
 
 def text_summary_value(tag: str, markdown: str) -> summary_pb2.Summary.Value:
-    """A string tensor summary with the text plugin's metadata (the Text dashboard)."""
+    """A string tensor summary with the text plugin's metadata (the Text dashboard). A
+    character UTF-8 cannot hold (a lone surrogate in a model's name) is written as its
+    ``\\u`` escape."""
     tensor = tensor_pb2.TensorProto(
         dtype=types_pb2.DT_STRING,
         tensor_shape=tensor_shape_pb2.TensorShapeProto(),
-        string_val=[markdown.encode("utf-8")],
+        string_val=[markdown.encode("utf-8", "backslashreplace")],
     )
     meta = text_metadata.create_summary_metadata(display_name=tag, description="")
     return summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor)

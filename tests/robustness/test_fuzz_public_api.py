@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import model_compression_toolkit as mct
@@ -52,6 +52,7 @@ def test_any_log_folder_name_is_usable_or_a_log_folder_error(tmp_path_factory, p
 
 @FUZZ
 @given(run_name=st.one_of(st.none(), ANY_TEXT, st.just("a" * 300), st.just("../../x")), model_name=NAMES)
+@example(run_name=None, model_name="\ud800")  # a lone surrogate, which UTF-8 cannot hold (Keras takes it)
 def test_any_run_name_and_model_name_logs_inside_the_folder(fw, tmp_path_factory, run_name, model_name):
     """Run and model names become folder names made safe: the call works and writes only
     inside the log folder, or raises the library's error."""
