@@ -118,11 +118,34 @@ def _font(path: str, size_px: float, dpi: float) -> tuple[Any, tuple[float, floa
 
     font = FT2Font(path)
     font.set_size(size_px * 72 / dpi, dpi)
+    return font, _typo_metrics(font, path, size_px / font.units_per_EM)
+
+
+_TYPO = ("sTypoAscender", "sTypoDescender", "sTypoLineGap")
+
+
+def _typo_metrics(font: Any, path: str, scale: float) -> tuple[float, float, float]:
+    """The font's typographic ascent, descent and line gap (its OS/2 table) times
+    ``scale``; zeros for a font without the table. Matplotlib before 3.10 reads the OS/2
+    table without these three fields (``matplotlib>=3.7`` is what the package asks for):
+    there fontTools, which matplotlib requires, reads them from the file."""
     os2 = font.get_sfnt_table("OS/2")
-    scale = size_px / font.units_per_EM
+    if os2 and not all(key in os2 for key in _TYPO):
+        os2 = _typo_from_file(path)
     if not os2:
-        return font, (0.0, 0.0, 0.0)
-    return font, (os2["sTypoAscender"] * scale, -os2["sTypoDescender"] * scale, os2["sTypoLineGap"] * scale)
+        return 0.0, 0.0, 0.0
+    return os2["sTypoAscender"] * scale, -os2["sTypoDescender"] * scale, os2["sTypoLineGap"] * scale
+
+
+def _typo_from_file(path: str) -> dict[str, int] | None:
+    from fontTools.ttLib import TTFont
+
+    try:
+        with TTFont(path, lazy=True, fontNumber=0) as face:
+            table = face["OS/2"] if "OS/2" in face else None
+            return None if table is None else {key: int(getattr(table, key)) for key in _TYPO}
+    except Exception:  # noqa: BLE001 - a font fontTools cannot read: no typographic metrics
+        return None
 
 
 def _matplotlib_text(canvas: Any, x: float, y: float, text: str, size_px: float, colour: Any, ha: str, va: str,

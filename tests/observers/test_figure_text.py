@@ -85,3 +85,27 @@ def test_a_matplotlib_whose_freetype_calls_changed_still_gets_its_text(monkeypat
 
     monkeypatch.setattr(figure_text, "_ink", changed)
     assert np.array_equal(_stamped(6, 4, "conv1 (Conv2d)", 12), _text(6, 4, "conv1 (Conv2d)", 12, va="top"))
+
+
+def test_the_typographic_metrics_are_read_where_matplotlib_leaves_them_out():
+    """Matplotlib before 3.10 (the package asks for >= 3.7) reads a font's OS/2 table without
+    its typographic ascent, descent and line gap: they are then read from the font file, the
+    same figures matplotlib 3.11 gives, and a logged call draws its pictures as on 3.11."""
+    import matplotlib.font_manager as fm
+    from matplotlib.ft2font import FT2Font
+
+    from model_compression_toolkit.observers import figure_text
+
+    path = fm.findfont("DejaVu Sans")
+    font = FT2Font(path)
+    table = font.get_sfnt_table("OS/2")
+    assert table and "sTypoAscender" in table  # this environment's matplotlib (3.11) reads them
+    scale = 12.0 / font.units_per_EM
+    expected = figure_text._typo_metrics(font, path, scale)
+
+    class Matplotlib39Font:  # what FT2Font.get_sfnt_table("OS/2") gives on matplotlib 3.9
+        def get_sfnt_table(self, name: str) -> dict:
+            return {key: value for key, value in table.items() if not key.startswith("sTypo")}
+
+    assert figure_text._typo_metrics(Matplotlib39Font(), path, scale) == expected
+    assert expected[0] > 0 and expected[1] > 0  # an ascent and a descent, in pixels
