@@ -88,7 +88,7 @@ def test_a_matplotlib_whose_freetype_calls_changed_still_gets_its_text(monkeypat
 
 
 def test_the_typographic_metrics_are_read_where_matplotlib_leaves_them_out():
-    """Matplotlib before 3.10 (the package asks for >= 3.7) reads a font's OS/2 table without
+    """Matplotlib 3.9 (the package asks for >= 3.7) reads a font's OS/2 table without
     its typographic ascent, descent and line gap: they are then read from the font file, the
     same figures matplotlib 3.11 gives, and a logged call draws its pictures as on 3.11."""
     import matplotlib.font_manager as fm
