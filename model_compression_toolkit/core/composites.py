@@ -77,10 +77,13 @@ class Composite:
     inner: tuple[str, ...]
     output: str
 
-    def reason(self) -> str:
-        """Why an intermediate's output is not quantized (the info's float reason)."""
+    def reason(self, quantized_at: str | None = None) -> str:
+        """Why an intermediate's output is not quantized (the info's float reason);
+        ``quantized_at``: the quantizer the activation's output is fused into, where it is
+        not quantized itself (a hard-swish inside a scale-and-shift chain)."""
         return (
-            f"inside a {_LABELS[self.function]} written as ops; its output is quantized after {self.output!r}"
+            f"inside a {_LABELS[self.function]} written as ops; its output is quantized after "
+            f"{quantized_at or self.output!r}"
         )
 
 

@@ -112,13 +112,15 @@ def float_layers(graph: Graph) -> dict[str, str]:
     the activation they are fused with, nor carried from a quantized input).
 
     A conv fused with its ReLU (its weights 8-bit, its output quantized after the ReLU), an
-    op inside an activation written as ops that is quantized at its end (a hard-swish's
-    ``add``, `core.composites`) or a flatten after a quantized layer is *not* a float layer."""
+    op inside an activation written as ops that is quantized at its end, or fused with the
+    quantizer after it (a hard-swish's ``add``, also inside PP-LCNetV3's scale-and-shift chain
+    ``hard-swish -> mul -> add``: `core.composites`) or a flatten after a quantized layer is
+    *not* a float layer."""
     bits = activation_bits(graph)
     inside = {
         name
         for composite in find_composites(graph)
-        if graph.node(composite.output).quant.activation is not None
+        if bits[composite.output] != FLOAT_BITS
         for name in composite.inner
     }
     return {

@@ -444,6 +444,14 @@ def quantize_composites_once(graph: Graph, composites: Sequence[Composite], fuse
         if after != first:
             node.quant.fused_into = after
             node.quant.activation_float_reason = f"fused with the activation {after!r}: quantized after it"
+    for composite in composites:  # a hard-swish whose output is fused into the chain after it
+        at = graph.node(composite.output).quant.fused_into
+        if at is None:
+            continue
+        for name in composite.inner:
+            q = graph.node(name).quant
+            if q.activation is None and q.activation_float_reason == composite.reason():
+                q.activation_float_reason = composite.reason(at)
 
 
 def default_activation(config: QuantizationConfig) -> ActivationQuantConfig:
