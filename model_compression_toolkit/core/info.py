@@ -8,6 +8,7 @@ quantized one).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,10 +151,11 @@ class LayerCounts:
     other: int
 
     @classmethod
-    def of(cls, graph: Graph) -> LayerCounts:
+    def of(cls, graph: Graph, kept_float: Mapping[str, str] | None = None) -> LayerCounts:
+        """``kept_float``: ``float_layers(graph)`` when the caller has it."""
         nodes = graph.nodes()
         quantized = sum(1 for n in nodes if n.quant.is_quantized)
-        kept = len(float_layers(graph))
+        kept = len(float_layers(graph) if kept_float is None else kept_float)
         return cls(len(nodes), quantized, kept, len(nodes) - quantized - kept)
 
 

@@ -264,10 +264,14 @@ def error_devices(graph: Graph, report: SimilarityReport) -> tuple[dict[str, str
 
 
 def graph_attrs(
-    graph: Graph, memory: Mapping[str, NodeMemory], report: SimilarityReport | None = None
+    graph: Graph,
+    memory: Mapping[str, NodeMemory],
+    report: SimilarityReport | None = None,
+    kept: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Node name -> every attribute the node panel shows, ``» in short`` first."""
-    kept = float_layers(graph)
+    """Node name -> every attribute the node panel shows, ``» in short`` first.
+    ``kept``: ``float_layers(graph)`` when the caller has it."""
+    kept = float_layers(graph) if kept is None else kept
     sim = _Similarity(report, graph) if report is not None else None
     out = {}
     for node in graph.nodes():

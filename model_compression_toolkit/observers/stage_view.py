@@ -32,6 +32,7 @@ import numpy as np
 from model_compression_toolkit.core.calibration.quantizers import histogram_through_grid
 from model_compression_toolkit.core.calibration.statistics import NodeStatistics
 from model_compression_toolkit.core.graph import Graph
+from model_compression_toolkit.core.info import float_layers
 from model_compression_toolkit.observers.channel_view import channel_images
 from model_compression_toolkit.observers.event_file import RunWriter
 from model_compression_toolkit.observers.graph_view import error_devices, graph_attrs
@@ -63,13 +64,19 @@ def stage_run(stage: str) -> str:
 
 
 def write_graph(
-    writer: RunWriter, graph: Graph, memory: Mapping, report=None, tag: str | None = None
+    writer: RunWriter,
+    graph: Graph,
+    memory: Mapping,
+    report=None,
+    tag: str | None = None,
+    kept: Mapping[str, str] | None = None,
 ) -> None:
     """The graph, its ``Resources`` and, with a similarity report, its colours by error.
-    With ``tag``: a second graph of the run, under that tag (no ``Resources`` of its own)."""
+    With ``tag``: a second graph of the run, under that tag (no ``Resources`` of its own).
+    ``kept``: ``float_layers(graph)`` when the caller has it."""
     devices, legend = error_devices(graph, report) if report is not None else (None, ())
     names = graph_node_names(graph)
-    proto = graph_def(graph, graph_attrs(graph, memory, report), devices, legend, names=names)
+    proto = graph_def(graph, graph_attrs(graph, memory, report, kept), devices, legend, names=names)
     if tag is not None:
         writer.add_tagged_graph(tag, proto)
         return
@@ -83,8 +90,9 @@ def write_stage(open_writer: Callable[[str], RunWriter], report: StageReport) ->
     run = stage_run(name)
     main = open_writer(run)
     similarity = report.similarity.report if report.similarity is not None else None
-    write_graph(main, graph, report.memory, similarity)
-    main.add_text(SUMMARY_TAG, stage_markdown(run, graph, report.memory))
+    kept = float_layers(graph)  # the graph panels and the summary read it (find_composites: once)
+    write_graph(main, graph, report.memory, similarity, kept=kept)
+    main.add_text(SUMMARY_TAG, stage_markdown(run, graph, report.memory, kept))
     stats = report.statistics
     if stats is not None and name == STATISTICS_STAGE:
         for field in PER_CHANNEL:

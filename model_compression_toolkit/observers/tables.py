@@ -46,11 +46,15 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def stage_markdown(run: str, graph: Graph, memory: Mapping[str, NodeMemory]) -> str:
+def stage_markdown(
+    run: str, graph: Graph, memory: Mapping[str, NodeMemory], kept: Mapping[str, str] | None = None
+) -> str:
     """The stage summary: layer counts and memory totals (`core.info`'s definitions, the
-    same numbers as ``mct.log`` and ``info``), then one row per layer."""
+    same numbers as ``mct.log`` and ``info``), then one row per layer. ``kept``:
+    ``float_layers(graph)`` when the caller has it."""
     nodes = graph.nodes()
-    counts, kept = LayerCounts.of(graph), float_layers(graph)
+    kept = float_layers(graph) if kept is None else kept
+    counts = LayerCounts.of(graph, kept)
     totals = total(dict(memory))
     totals_table = markdown_table(
         ["total", "value"],
