@@ -39,6 +39,7 @@ from model_compression_toolkit.core.checks import check_activations, check_weigh
 from model_compression_toolkit.core.config import CoreConfig, KeepFloat, ResourceUtilization
 from model_compression_toolkit.core.data import RepresentativeData
 from model_compression_toolkit.core.equalization import equalize
+from model_compression_toolkit.core.export.grids import PLATFORM_META
 from model_compression_toolkit.core.graph import Graph
 from model_compression_toolkit.core.info import QuantizationInfo
 from model_compression_toolkit.core.mixed_precision.search import check_budget
@@ -257,6 +258,11 @@ class Session:
             if bits.compensated_rounding:  # the kernels rounded with compensation (`select_thresholds`)
                 graph.meta[COMPENSATED] = True
         assign_quantization(graph, qc, rules, edits, self.config.outputs_float, self.config.grids_for)
+        tpc = self.config.target_platform_capabilities
+        if tpc is not None:  # what an export refused for another runtime names (`core.export.grids`)
+            graph.meta[PLATFORM_META] = " ".join(
+                str(getattr(tpc, a)) for a in ("tpc_platform_type", "tpc_version") if getattr(tpc, a, None)
+            )
         graph.validate()
         return graph
 

@@ -113,3 +113,24 @@ def test_mcts_tflite_platform_runs_the_hard_sigmoid_op_by_op_and_exports_to_int8
     )
     assert result.parity_ok, result.parity
     assert result.ops["HARD_SWISH"] == 2 and result.ops["DEQUANTIZE"] == 1
+
+
+def test_a_model_quantized_for_imx500_is_refused_as_int8_tflite_naming_its_platform_and_tflites(tmp_path):
+    """IMX500 grids the softmax its own way: the refusal says the model was quantized for that
+    platform and names the one that places TFLite's grids; quantized for it, as the message
+    says, the same model exports with parity."""
+    q_model, _, _ = _quantize("keras", platform="imx500")
+    with pytest.raises(ExportError) as err:
+        mct.exporter.keras_export_model(
+            q_model, tmp_path / "m.tflite", serialization_format="TFLITE", quantization_format="INT8"
+        )
+    message = str(err.value)
+    assert "'softmax' (Softmax): TFLite's int8 kernel writes its output on a grid over" in message
+    assert "quantized for the imx500 1.0 platform" in message
+    advice = "mct.get_target_platform_capabilities('tensorflow', 'tflite')"
+    assert advice in message and not list(tmp_path.iterdir())
+    q_model, _, data = _quantize("keras", platform="tflite")  # the advice, followed
+    result = mct.exporter.keras_export_model(
+        q_model, tmp_path / "m.tflite", serialization_format="TFLITE", quantization_format="INT8", repr_dataset=data
+    )
+    assert result.parity_ok, result.parity

@@ -117,6 +117,22 @@ TFLITE_FUSING_KINDS = frozenset(
 )
 # How a model gets a grid on every tensor an int8 runtime holds (`core.preparation.integer_runtime_grids`)
 _INTEGER_HINT = "CoreConfig(integer_only=True) without a target platform quantizes as an int8 runtime rounds"
+# Graph.meta key: the target platform a graph was quantized for ("imx500 4.0"; `pipeline.session`)
+PLATFORM_META = "target_platform"
+
+
+def _integer_hint(graph: Graph) -> str:
+    """How to quantize ``graph``'s model for int8 TFLite instead: a model quantized for another
+    target platform (IMX500 fuses a swish into the conv before it and grids a softmax its own
+    way) is told that first, and that MCT's "tflite" platform places TFLite's grids."""
+    platform = graph.meta.get(PLATFORM_META)
+    if not platform or str(platform).split()[0] == "tflite":
+        return _INTEGER_HINT
+    return (
+        f"the model was quantized for the {platform} platform, whose kernels fuse and grid differently from "
+        "TFLite's; quantize for int8 TFLite with mct.get_target_platform_capabilities('tensorflow', 'tflite'), "
+        f"or {_INTEGER_HINT}"
+    )
 # Kinds whose output is not an activation: no grid needed anywhere.
 _NOT_ACTIVATIONS = frozenset({OpKind.CONSTANT, OpKind.SHAPE})
 
@@ -166,7 +182,7 @@ def tflite_int8_problems(graph: Graph) -> list[str]:
     result on unrounded (`float_tail`: a model output left float) are no problem: the
     converter writes a DEQUANTIZE before them and runs them in float.
     """
-    problems = []
+    problems, hint = [], _integer_hint(graph)
     tail = set(float_tail(graph))  # run in float after a DEQUANTIZE: TFLite's converter writes them so
     composites = find_composites(graph)
     composite_inner = {name for composite in composites for name in composite.inner}
@@ -199,7 +215,7 @@ def tflite_int8_problems(graph: Graph) -> list[str]:
                 lo, hi = fixed
                 problems.append(
                     f"{node.name!r} ({node.layer_type}): TFLite's int8 kernel writes its output on a grid over "
-                    f"[{lo:g}, {hi:g}] whatever grid it is given, and this one is not that grid ({_INTEGER_HINT})"
+                    f"[{lo:g}, {hi:g}] whatever grid it is given, and this one is not that grid ({hint})"
                 )
             if node.fused_activation not in (None, *TFLITE_FUSED_ACTIVATIONS):
                 problems.append(
@@ -218,11 +234,11 @@ def tflite_int8_problems(graph: Graph) -> list[str]:
             problems.append(
                 f"{node.name!r} ({node.layer_type}): its output is quantized only after {q.fused_into!r} "
                 f"({after.attrs.get('function')}), which TFLite cannot fuse into it, so the tensor between them "
-                f"has no grid (only relu and relu6 fuse; {_INTEGER_HINT})"
+                f"has no grid (only relu and relu6 fuse; {hint})"
             )
             continue
-        hint = f"; {_INTEGER_HINT}" if node.name in composite_inner else ""
-        problems.append(f"{node.name!r} ({node.layer_type}): its output stays float ({_act_reason(node)}{hint})")
+        why = f"; {hint}" if node.name in composite_inner else ""
+        problems.append(f"{node.name!r} ({node.layer_type}): its output stays float ({_act_reason(node)}{why})")
     return problems
 
 
