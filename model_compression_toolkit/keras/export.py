@@ -11,7 +11,9 @@ int8 on exactly those grids::
 The converter writes the bias as int32 on the scale ``s_input * s_weight`` and fuses ReLU
 and ReLU6 into the layer before them. Two layouts are changed so that TFLite's own
 per-channel axis is the one quantized: a Dense layer runs as a 1x1 convolution, and a
-depthwise kernel is quantized as ``(kh, kw, 1, in * multiplier)``.
+depthwise kernel is quantized as ``(kh, kw, 1, in * multiplier)``. A ``Rescaling``, which
+the converter writes as a float MUL and ADD, runs as an int8 1x1 depthwise convolution
+(`Int8Rescaling`).
 
 The `Exporter` and `Runtime` classes using these are in `keras.exporters` (they hand out
 `keras.tflite_taps`, which reads this module's signature names).
@@ -150,6 +152,61 @@ class QuantizedKernel(keras.layers.Layer):
 INT8_LAYERS = ("Conv1D", "Conv2D", "Conv3D", "DepthwiseConv1D", "DepthwiseConv2D", "Dense")
 
 
+class Int8Rescaling(keras.layers.Layer):
+    """A ``Rescaling(scale, offset)`` between two int8 tensors, as a 1x1 depthwise convolution
+    whose kernel is the scale and whose bias is the offset (one per channel, or one for all)::
+
+        x (int8) -> DEPTHWISE_CONV_2D(kernel = scale, bias = offset) -> FakeQuant(grid)
+
+    TFLite writes ``Rescaling`` itself as a float MUL and ADD between a DEQUANTIZE and a
+    QUANTIZE (no grid between them): an integer-only runtime cannot run it. Here each
+    channel's scale is its int8 weight exactly (``±127`` on the step ``|scale| / 127``), and
+    the offset its int32 bias: rounded to the input step times that, far under a step of
+    the output's grid. The layer is ``x * scale + offset`` in float, as the quantized
+    model computes it."""
+
+    def __init__(self, scale: np.ndarray, offset: np.ndarray, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.scale = np.asarray(scale, np.float32).ravel()
+        self.offset = np.asarray(offset, np.float32).ravel()
+
+    def call(self, x: Any) -> Any:
+        tf = _tf()
+        channels = int(x.shape[-1])
+        scale = np.broadcast_to(self.scale, (channels,)).astype(np.float32)
+        step = np.where(scale != 0, np.abs(scale) / 127, 1 / 127).astype(np.float32)
+        kernel = tf.quantization.fake_quant_with_min_max_vars_per_channel(
+            tf.constant(scale.reshape(1, 1, 1, channels)), -128 * step, 127 * step, num_bits=8
+        )
+        y = keras.ops.depthwise_conv(x, tf.reshape(kernel, (1, 1, channels, 1)), strides=1, padding="valid")
+        return y + tf.constant(np.broadcast_to(self.offset, (channels,)).astype(np.float32))
+
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
+        return input_shape
+
+
+def _int8_rescaling(graph: Graph, node: Node) -> tuple[np.ndarray, np.ndarray] | None:
+    """(scale, offset) of a ``Rescaling`` the file can run as `Int8Rescaling`: a 4-D input
+    (channels last) on an int8 grid, its output on one, one value or one per channel."""
+    if node.layer_type != "Rescaling" or node.quant.activation is None or node.quant.activation.grid is None:
+        return None
+    edges = graph.in_edges(node.name)
+    shape = node.output_shapes[0] if len(node.output_shapes) == 1 else None
+    source = graph.node(edges[0].src).quant.activation if len(edges) == 1 else None
+    if source is None or source.grid is None or shape is None or len(shape) != 4:
+        return None
+    config = node.payload["config"]
+    if config.get("data_format") not in (None, "channels_last"):
+        return None
+    scale, offset = np.asarray(config.get("scale", 1.0), np.float64), np.asarray(config.get("offset", 0.0), np.float64)
+    channels = shape[-1]
+    if channels is None or any(a.size not in (1, channels) for a in (scale, offset)):
+        return None
+    if not (np.all(np.isfinite(scale)) and np.all(np.isfinite(offset))):
+        return None
+    return scale, offset
+
+
 def int8_model(graph: Graph) -> keras.Model:
     """The quantized model of ``graph`` in the ops TFLite's converter stores as int8 (module docstring)."""
     weights = QuantizedWeights(graph)
@@ -173,6 +230,8 @@ def int8_model(graph: Graph) -> keras.Model:
                     node, q["kernel"], q.get("bias", node.weights.get("bias")), name=names.take(node.name)
                 )
                 outs = [layer(*args)]
+            elif (affine := _int8_rescaling(graph, node)) is not None:
+                outs = [Int8Rescaling(*affine, name=names.take(node.name))(*args)]
             else:
                 outs = builder._call(node, args, True, names, weights)
         if node.quant.activation is not None and node.quant.activation.grid is not None:
@@ -312,8 +371,9 @@ def describe_tflite(interp: Any, name: str) -> ExportedGraph:
 def float_islands(graph: ExportedGraph) -> list[tuple[str, list[str]]]:
     """The stretches of an int8 TFLite file computed in float between a DEQUANTIZE and a
     QUANTIZE (a layer TFLite writes as several ops with no grid between them, such as Keras's
-    ``hard_sigmoid`` or ``Rescaling``: a float ADD and MUL): per stretch, the layer whose grid it
-    ends on (read from the QUANTIZE's tensor, ``<layer>_fake_quant``) and its float op types.
+    ``hard_sigmoid``, a float ADD and MUL, or a ``Rescaling`` not written as `Int8Rescaling`):
+    per stretch, the layer whose grid it ends on (read from the QUANTIZE's tensor,
+    ``<layer>_fake_quant``) and its float op types.
     A stretch that reaches a model output is the float tail, not an island."""
     readers: dict[str, list[ExportedOp]] = {}
     for op in graph.ops:

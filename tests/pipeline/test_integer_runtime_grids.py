@@ -134,3 +134,31 @@ def test_a_model_quantized_for_imx500_is_refused_as_int8_tflite_naming_its_platf
         q_model, tmp_path / "m.tflite", serialization_format="TFLITE", quantization_format="INT8", repr_dataset=data
     )
     assert result.parity_ok, result.parity
+
+
+def test_an_input_rescaling_runs_in_int8_in_the_tflite_file(tmp_path):
+    """Keras's ``Rescaling`` (ImageNet's per-channel normalization here) is a float MUL and ADD
+    in TFLite, between a DEQUANTIZE and a QUANTIZE: an integer-only runtime cannot run it. The
+    file runs it as an int8 1x1 depthwise conv (kernel the scale, bias the offset), and still
+    computes the quantized model."""
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Rescaling(scale=[1 / 58.4, 1 / 57.1, 1 / 57.4], offset=[-2.12, -2.04, -1.80])(inputs)
+    x = keras.layers.Conv2D(8, 3, activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inputs, keras.layers.Dense(4)(x))
+    images = np.random.default_rng(0).integers(0, 256, (32, 16, 16, 3)).astype(np.float32)
+    data = lambda: iter([[images[:16]], [images[16:]]])  # noqa: E731
+    config = mct.core.CoreConfig(integer_only=True, debug_config=mct.core.DebugConfig(analyze_similarity=False))
+    q_model, _ = mct.ptq.keras_post_training_quantization(model, data, config)
+    result = mct.exporter.keras_export_model(
+        q_model, tmp_path / "m.tflite", serialization_format="TFLITE", quantization_format="INT8", repr_dataset=data
+    )
+    assert result.parity_ok, result.parity
+    (parity,) = result.parity
+    assert parity.max_steps <= 1 and parity.cosine > 0.999, parity
+    assert not [note for note in result.notes if "between a DEQUANTIZE" in note], result.notes
+    assert result.ops["DEPTHWISE_CONV_2D"] == 1 and result.ops["DEQUANTIZE"] == 1, result.ops
