@@ -14,7 +14,12 @@ import numpy as np
 from model_compression_toolkit.core.calibration.outputs import keep_outputs_float, mark_model_outputs
 from model_compression_toolkit.core.composites import Composite, find_composites
 from model_compression_toolkit.core.config import KeepFloat, QuantizationConfig, QuantizationMethod
-from model_compression_toolkit.core.export.grids import tflite_fixed_range, tflite_fuses
+from model_compression_toolkit.core.export.grids import (
+    HARD_SIGMOID_RANGE,
+    int8_hard_sigmoid,
+    tflite_fixed_range,
+    tflite_fuses,
+)
 from model_compression_toolkit.core.graph import VALUE_PRESERVING, WEIGHTED, Graph, Node, OpKind
 from model_compression_toolkit.core.quant_config import (
     ActivationQuantConfig,
@@ -391,7 +396,9 @@ def integer_runtime_grids(graph: Graph, config: QuantizationConfig) -> None:
         x -> add(3) + relu6 -> q -> div(6) -> q             (a hard-sigmoid)
 
     so each of those tensors gets its own grid here; and a sigmoid, softmax or tanh writes
-    its output on the one grid the runtime's kernel has for it (`tflite_fixed_range`). The
+    its output on the one grid the runtime's kernel has for it (`tflite_fixed_range`), a
+    hard-sigmoid activation on [0, 1] (`HARD_SIGMOID_RANGE`: the file runs it as an int8 add,
+    relu6 and multiply whose inner grid that makes exact). The
     model quantized is then the one the runtime computes, and it exports to int8 TFLite
     with parity. A platform's fusing patterns decide this instead where one is given
     (`core.tpc`).
@@ -402,7 +409,7 @@ def integer_runtime_grids(graph: Graph, config: QuantizationConfig) -> None:
         if q.fused_into is not None and not tflite_fuses(node, graph.node(q.fused_into)):
             q.fused_into, q.activation_float_reason = None, None
             q.activation = _output_grid(graph, node, config)
-        fixed = tflite_fixed_range(node)
+        fixed = tflite_fixed_range(node) or (HARD_SIGMOID_RANGE if int8_hard_sigmoid(node) else None)
         if fixed is not None and q.activation is not None and q.activation.n_bits == 8:
             q.activation.fixed_range = fixed
 

@@ -31,7 +31,7 @@ import keras
 import numpy as np
 
 from model_compression_toolkit.core.calibration.quantizers import QuantizedWeights
-from model_compression_toolkit.core.export.grids import StoredGrid, stored_grid
+from model_compression_toolkit.core.export.grids import StoredGrid, on_hard_sigmoid_grid, stored_grid
 from model_compression_toolkit.core.export.report import ExportedGraph, ExportedOp, ExportedTensor
 from model_compression_toolkit.core.graph import Graph, Node, OpKind
 from model_compression_toolkit.errors import ExportError
@@ -185,6 +185,25 @@ class Int8Rescaling(keras.layers.Layer):
         return input_shape
 
 
+class Int8HardSigmoid(keras.layers.Layer):
+    """Keras's ``hard_sigmoid`` activation (``relu6(x + 3) / 6``) in ops TFLite stores as int8,
+    for an output on the grid over [0, 1] (`core.export.grids.HARD_SIGMOID_RANGE`)::
+
+        x (int8) -> ADD(x, 3) + RELU6 -> FakeQuant(0, 6) -> MUL(1/6) -> FakeQuant(0, 1)
+
+    TFLite has no int8 hard-sigmoid kernel and writes the activation as a float ADD and MUL
+    between a DEQUANTIZE and a QUANTIZE. The tensor between holds ``6 k / 255`` for the
+    output's ``k / 255``: it rounds nothing the output's grid does not."""
+
+    def call(self, x: Any) -> Any:
+        tf = _tf()
+        inner = tf.quantization.fake_quant_with_min_max_args(tf.nn.relu6(x + 3.0), min=0.0, max=6.0, num_bits=8)
+        return inner * (1.0 / 6.0)
+
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
+        return input_shape
+
+
 def _int8_rescaling(graph: Graph, node: Node) -> tuple[np.ndarray, np.ndarray] | None:
     """(scale, offset) of a ``Rescaling`` the file can run as `Int8Rescaling`: a 4-D input
     (channels last) on an int8 grid, its output on one, one value or one per channel."""
@@ -232,6 +251,8 @@ def int8_model(graph: Graph) -> keras.Model:
                 outs = [layer(*args)]
             elif (affine := _int8_rescaling(graph, node)) is not None:
                 outs = [Int8Rescaling(*affine, name=names.take(node.name))(*args)]
+            elif on_hard_sigmoid_grid(node) and len(args) == 1:
+                outs = [Int8HardSigmoid(name=names.take(node.name))(*args)]
             else:
                 outs = builder._call(node, args, True, names, weights)
         if node.quant.activation is not None and node.quant.activation.grid is not None:

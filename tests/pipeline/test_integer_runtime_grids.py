@@ -162,3 +162,35 @@ def test_an_input_rescaling_runs_in_int8_in_the_tflite_file(tmp_path):
     assert parity.max_steps <= 1 and parity.cosine > 0.999, parity
     assert not [note for note in result.notes if "between a DEQUANTIZE" in note], result.notes
     assert result.ops["DEPTHWISE_CONV_2D"] == 1 and result.ops["DEQUANTIZE"] == 1, result.ops
+
+
+def test_a_hard_sigmoid_activation_runs_in_int8_in_the_tflite_file(tmp_path):
+    """Keras's ``hard_sigmoid`` activation (a squeeze-excite gate) has no int8 kernel in TFLite,
+    which writes it as a float ADD and MUL. On an integer-only target its output takes the grid
+    over [0, 1] (step 1/255), and the file runs it as an int8 ADD + RELU6 and MUL whose inner
+    grid (step 6/255) rounds nothing more."""
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((16, 16, 3))
+    features = keras.layers.Conv2D(8, 3, activation="relu")(inputs)
+    s = keras.layers.GlobalAveragePooling2D(keepdims=True)(features)
+    s = keras.layers.Conv2D(8, 1)(keras.layers.Conv2D(4, 1, activation="relu")(s))
+    gate = keras.layers.Activation("hard_sigmoid", name="gate")(s)
+    x = keras.layers.GlobalAveragePooling2D()(keras.layers.Multiply()([features, gate]))
+    model = keras.Model(inputs, keras.layers.Dense(4)(x))
+    images = np.random.default_rng(0).normal(size=(32, 16, 16, 3)).astype(np.float32)
+    data = lambda: iter([[images[:16]], [images[16:]]])  # noqa: E731
+    config = mct.core.CoreConfig(integer_only=True, debug_config=mct.core.DebugConfig(analyze_similarity=False))
+    q_model, info = mct.ptq.keras_post_training_quantization(model, data, config)
+    grid = info.layers["gate"].activation["grid"]
+    assert grid["scale"] == pytest.approx(1 / 255) and grid["qmax"] - grid["qmin"] == 255
+    result = mct.exporter.keras_export_model(
+        q_model, tmp_path / "m.tflite", serialization_format="TFLITE", quantization_format="INT8", repr_dataset=data
+    )
+    assert result.parity_ok, result.parity
+    (parity,) = result.parity
+    assert parity.max_steps <= 1 and parity.cosine > 0.999, parity
+    assert not [note for note in result.notes if "between a DEQUANTIZE" in note], result.notes
+    assert result.ops["DEQUANTIZE"] == 1 and result.ops["ADD"] == 1, result.ops

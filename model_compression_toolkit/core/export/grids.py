@@ -142,6 +142,25 @@ _NOT_ACTIVATIONS = frozenset({OpKind.CONSTANT, OpKind.SHAPE})
 TFLITE_FIXED_RANGES = {"sigmoid": (0.0, 255 / 256), "softmax": (0.0, 255 / 256), "tanh": (-1.0, 127 / 128)}
 
 
+# A hard-sigmoid activation (``relu6(x + 3) / 6``) has no int8 kernel in TFLite: an integer file
+# runs it as ``ADD(x, 3) + RELU6 -> int8 on [0, 6] -> MUL(1/6)``. On its output grid over [0, 1]
+# (step 1/255) the tensor between is exactly the output's grid times 6: no rounding of its own
+# (`keras.export.Int8HardSigmoid`)
+HARD_SIGMOID_RANGE = (0.0, 1.0)
+_HARD_SIGMOIDS = frozenset({"hard_sigmoid", "hardsigmoid"})
+
+
+def int8_hard_sigmoid(node: Node) -> bool:
+    """Whether ``node`` is a hard-sigmoid activation of its own (not fused into a layer)."""
+    return node.kind == OpKind.ACTIVATION and node.fused_activation is None and node.attrs.get("function") in _HARD_SIGMOIDS
+
+
+def on_hard_sigmoid_grid(node: Node) -> bool:
+    """Whether ``node`` is a hard-sigmoid whose output is on the grid `HARD_SIGMOID_RANGE`."""
+    act = node.quant.activation
+    return int8_hard_sigmoid(node) and act is not None and act.grid is not None and _on_range(act.grid, *HARD_SIGMOID_RANGE)
+
+
 def tflite_fixed_range(node: Node) -> tuple[float, float] | None:
     """The grid TFLite's int8 kernel for ``node`` writes its output on, if it fixes one."""
     function = "softmax" if node.kind == OpKind.SOFTMAX else node.attrs.get("function")
