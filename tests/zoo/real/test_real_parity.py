@@ -126,6 +126,9 @@ def test_integer_only_ppocr_classifier_runs_as_int8_tflite_and_keeps_its_task(tm
     )  # fmt: skip
     assert result.parity_ok, result.report.to_dict()["parity"]
     assert result.ops["HARD_SWISH"] == len(swishes) // 3  # add, clip and multiply inside each
+    # its squeeze-excites' hard_sigmoid activations too run in int8: nothing in float in between
+    assert not [note for note in result.notes if "between a DEQUANTIZE" in note], result.notes
+    assert result.ops["DEQUANTIZE"] == 1, result.ops
     graph = produced_graph(q_model)
     exported = case.evaluate(_InTFLite(result.path, (list(graph.inputs), output_names(graph))))
     quantized = case.evaluate(q_model)
