@@ -161,9 +161,9 @@ class Int8Rescaling(keras.layers.Layer):
     TFLite writes ``Rescaling`` itself as a float MUL and ADD between a DEQUANTIZE and a
     QUANTIZE (no grid between them): an integer-only runtime cannot run it. Here each
     channel's scale is its int8 weight exactly (``±127`` on the step ``|scale| / 127``), and
-    the offset its int32 bias: rounded to the input step times that, far under a step of
-    the output's grid. The layer is ``x * scale + offset`` in float, as the quantized
-    model computes it."""
+    the offset its int32 bias, rounded to the step ``s_input * |scale| / 127``: far under a
+    step of the output's grid. The layer is ``x * scale + offset`` in float, as the
+    quantized model computes it."""
 
     def __init__(self, scale: np.ndarray, offset: np.ndarray, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -133,6 +133,8 @@ def _integer_hint(graph: Graph) -> str:
         "TFLite's; quantize for int8 TFLite with mct.get_target_platform_capabilities('tensorflow', 'tflite'), "
         f"or {_INTEGER_HINT}"
     )
+
+
 # Kinds whose output is not an activation: no grid needed anywhere.
 _NOT_ACTIVATIONS = frozenset({OpKind.CONSTANT, OpKind.SHAPE})
 
