@@ -136,6 +136,19 @@ def test_a_model_quantized_for_imx500_is_refused_as_int8_tflite_naming_its_platf
     assert result.parity_ok, result.parity
 
 
+def _int8_from_end_to_end(q_model, tmp_path, data):
+    """``q_model`` as an int8 TFLite file that computes it within a step and has no stretch
+    computed in float between a DEQUANTIZE and a QUANTIZE (`keras.export.float_islands`)."""
+    result = mct.exporter.keras_export_model(
+        q_model, tmp_path / "m.tflite", serialization_format="TFLITE", quantization_format="INT8", repr_dataset=data
+    )
+    assert result.parity_ok, result.parity
+    (parity,) = result.parity
+    assert parity.max_steps <= 1 and parity.cosine > 0.999, parity
+    assert not [note for note in result.notes if "between a DEQUANTIZE" in note], result.notes
+    return result
+
+
 def test_an_input_rescaling_runs_in_int8_in_the_tflite_file(tmp_path):
     """Keras's ``Rescaling`` (ImageNet's per-channel normalization here) is a float MUL and ADD
     in TFLite, between a DEQUANTIZE and a QUANTIZE: an integer-only runtime cannot run it. The
@@ -154,13 +167,7 @@ def test_an_input_rescaling_runs_in_int8_in_the_tflite_file(tmp_path):
     data = lambda: iter([[images[:16]], [images[16:]]])  # noqa: E731
     config = mct.core.CoreConfig(integer_only=True, debug_config=mct.core.DebugConfig(analyze_similarity=False))
     q_model, _ = mct.ptq.keras_post_training_quantization(model, data, config)
-    result = mct.exporter.keras_export_model(
-        q_model, tmp_path / "m.tflite", serialization_format="TFLITE", quantization_format="INT8", repr_dataset=data
-    )
-    assert result.parity_ok, result.parity
-    (parity,) = result.parity
-    assert parity.max_steps <= 1 and parity.cosine > 0.999, parity
-    assert not [note for note in result.notes if "between a DEQUANTIZE" in note], result.notes
+    result = _int8_from_end_to_end(q_model, tmp_path, data)
     assert result.ops["DEPTHWISE_CONV_2D"] == 1 and result.ops["DEQUANTIZE"] == 1, result.ops
 
 
@@ -186,11 +193,5 @@ def test_a_hard_sigmoid_activation_runs_in_int8_in_the_tflite_file(tmp_path):
     q_model, info = mct.ptq.keras_post_training_quantization(model, data, config)
     grid = info.layers["gate"].activation["grid"]
     assert grid["scale"] == pytest.approx(1 / 255) and grid["qmax"] - grid["qmin"] == 255
-    result = mct.exporter.keras_export_model(
-        q_model, tmp_path / "m.tflite", serialization_format="TFLITE", quantization_format="INT8", repr_dataset=data
-    )
-    assert result.parity_ok, result.parity
-    (parity,) = result.parity
-    assert parity.max_steps <= 1 and parity.cosine > 0.999, parity
-    assert not [note for note in result.notes if "between a DEQUANTIZE" in note], result.notes
+    result = _int8_from_end_to_end(q_model, tmp_path, data)
     assert result.ops["DEQUANTIZE"] == 1 and result.ops["ADD"] == 1, result.ops
