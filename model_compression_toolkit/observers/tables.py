@@ -71,7 +71,7 @@ def stage_markdown(
     rows = []
     for n in nodes:
         q, mem = n.quant, memory.get(n.name, NodeMemory(0.0, 0.0))
-        w_bits = ", ".join(f"{w}: {c.n_bits}" for w, c in q.weights.items()) or (q.weights_float_reason or "-")
+        w_bits = ", ".join(f"{w}: {c.n_bits}" for w, c in q.weights.items()) or plain(q.weights_float_reason or "-")
         if q.activation:
             a_bits = str(q.activation.n_bits)
         elif q.fused_into:
@@ -81,6 +81,6 @@ def stage_markdown(
         rows.append([code(n.name), n.layer_type, w_bits, a_bits, format_bytes(mem.weights_bytes),
                      format_bytes(mem.activation_bytes)])  # fmt: skip
     layers = markdown_table(["layer", "type", "weight bits", "activation bits", "weights", "activation"], rows)
-    reasons = "\n".join(f"- {code(name)}: {reason}" for name, reason in kept.items())
+    reasons = "\n".join(f"- {code(name)}: {plain(reason)}" for name, reason in kept.items())  # reasons name layers
     kept_text = f"\n\nKept in float:\n\n{reasons}" if kept else ""
     return f"### {run}: {code(graph.name)} ({graph.framework})\n\n{totals_table}{kept_text}\n\n{layers}\n"

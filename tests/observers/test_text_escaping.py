@@ -102,3 +102,30 @@ def test_prose_holding_a_name_shows_it_as_written():
     html = markdown_to_safe_html(plain(f"fused: '{HTML_NAME}', '{EMPHASIS_NAME}', 'a`b' [x](y)"))
     assert "<img" not in html and "<strong>" not in html and "<em>" not in html and "<a " not in html, html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html and "**bold**_x_" in html, html
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "keras"])
+def test_a_float_reason_that_names_a_layer_shows_it_as_written_in_the_summary(framework, tmp_path):
+    """A network editor rule that turns a layer's output quantizer off is that layer's float
+    reason, and the rule names the layer: the Summary's "Kept in float" list shows it as text."""
+    from tensorboard.plugin_util import markdown_to_safe_html
+
+    editor = mct.core.network_editor
+    rule = editor.EditRule(
+        filter=editor.NodeNameFilter(HTML_NAME),
+        action=editor.ChangeCandidatesActivationQuantConfigAttr(enable_activation_quantization=False),
+    )
+    config = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(network_editor=[rule], analyze_similarity=False))
+    x = np.random.default_rng(1).normal(size=(64, 12)).astype(np.float32)
+    ptq = getattr(mct.ptq, f"{framework}_post_training_quantization")
+    mct.set_log_folder(tmp_path)
+    try:
+        _, info = ptq(_model(framework), lambda: iter([[x[:32]], [x[32:]]]), core_config=config)
+    finally:
+        mct.set_log_folder(None)
+    assert HTML_NAME in info.float_layers[HTML_NAME]  # the reason names the rule's filter
+    summaries = [md for key, md in _texts(tmp_path).items() if "Kept in float" in md]
+    assert summaries
+    for markdown in summaries:
+        html = markdown_to_safe_html(markdown.split("Kept in float", 1)[1].split("\n\n|", 1)[0])
+        assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html, html
